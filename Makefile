@@ -1,0 +1,68 @@
+# perf_event for Lua - build and test.
+#   make                 C core for LuaJIT   -> build/perf_event/core.so
+#   make LUA=lua5.4      C core for Lua 5.4  -> build/lua5.4/perf_event/core.so
+#   make LUA=lua5.1      C core for Lua 5.1  -> build/lua5.1/perf_event/core.so
+#   make asan            ASan+UBSan core for LuaJIT -> build/asan/perf_event/core.so
+#   make test            specs on LuaJIT, 5.4, 5.1 and the ASan core; ends "N passed, N failed"
+#   make lint            luacheck + cppcheck
+
+LUA ?= luajit
+CC ?= cc
+SRCS := $(wildcard csrc/*.c)
+HDRS := $(wildcard csrc/*.h)
+WARN := -Wall -Wextra -Werror -Wshadow
+BASECFLAGS := -std=gnu11 -fPIC -fvisibility=hidden $(WARN)
+OPT ?= -O2 -g
+LDFLAGS_SO := -shared
+
+ifeq ($(LUA),luajit)
+  LUA_INC := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
+  OUTDIR := build
+else
+  LUA_INC := $(shell pkg-config --cflags $(LUA) 2>/dev/null || echo -I/usr/include/$(LUA))
+  OUTDIR := build/$(LUA)
+endif
+
+TARGET := $(OUTDIR)/perf_event/core.so
+
+.PHONY: all asan test test-asan lint clean bench
+all: $(TARGET)
+
+$(TARGET): $(SRCS) $(HDRS) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(BASECFLAGS) $(OPT) $(LUA_INC) $(CFLAGS) $(SRCS) -o $@ $(LDFLAGS_SO) $(LDFLAGS)
+
+ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+build/asan/perf_event/core.so: $(SRCS) $(HDRS) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(BASECFLAGS) -O1 -g $(ASAN_FLAGS) $(shell pkg-config --cflags luajit) $(SRCS) -o $@ -shared $(ASAN_FLAGS)
+
+asan: build/asan/perf_event/core.so
+
+# Test fixtures: a small C library and programs the specs probe (uprobes,
+# breakpoints on code, exact call counts).
+build/test/libpetarget.so: spec/support/petarget.c
+	@mkdir -p $(dir $@)
+	$(CC) -O0 -g -fPIC -shared -Wall -Wextra -Werror $< -o $@
+
+build/test/petarget: spec/support/petarget_main.c build/test/libpetarget.so
+	$(CC) -O0 -g -Wall -Wextra -Werror $< -o $@ -Lbuild/test -lpetarget -Wl,-rpath,'$$ORIGIN'
+
+fixtures: build/test/libpetarget.so build/test/petarget
+
+test: fixtures
+	$(MAKE) LUA=luajit
+	$(MAKE) LUA=lua5.4
+	$(MAKE) LUA=lua5.1
+	$(MAKE) asan
+	tools/runtests
+
+test-asan: fixtures asan
+	PE_SUITES=asan tools/runtests
+
+lint:
+	luacheck lua spec bin examples bench
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --std=c11 csrc
+
+clean:
+	rm -rf build

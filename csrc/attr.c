@@ -1,0 +1,528 @@
+/*
+ * attr.c - struct perf_event_attr <-> Lua table (CHECKLIST B).
+ *
+ * Owns: the table of every attr field by its header name, the bit-name
+ * tables of sample_type / read_format / branch_sample_type, and the
+ * encoder/decoder used by open, modify and attr().  An unknown field, a
+ * value out of a field's range, or a contradiction (sample_period and
+ * sample_freq both given) raises a Lua error naming the field.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "pe_core.h"
+
+/* ---- bit-name tables --------------------------------------------------- */
+typedef struct { const char *name; uint64_t bit; } bitname;
+
+static const bitname sample_bits[] = {
+  {"ip", PE_SAMPLE_IP}, {"tid", PE_SAMPLE_TID}, {"time", PE_SAMPLE_TIME},
+  {"addr", PE_SAMPLE_ADDR}, {"read", PE_SAMPLE_READ},
+  {"callchain", PE_SAMPLE_CALLCHAIN}, {"id", PE_SAMPLE_ID},
+  {"cpu", PE_SAMPLE_CPU}, {"period", PE_SAMPLE_PERIOD},
+  {"stream_id", PE_SAMPLE_STREAM_ID}, {"raw", PE_SAMPLE_RAW},
+  {"branch_stack", PE_SAMPLE_BRANCH_STACK}, {"regs_user", PE_SAMPLE_REGS_USER},
+  {"stack_user", PE_SAMPLE_STACK_USER}, {"weight", PE_SAMPLE_WEIGHT},
+  {"data_src", PE_SAMPLE_DATA_SRC}, {"identifier", PE_SAMPLE_IDENTIFIER},
+  {"transaction", PE_SAMPLE_TRANSACTION}, {"regs_intr", PE_SAMPLE_REGS_INTR},
+  {"phys_addr", PE_SAMPLE_PHYS_ADDR}, {"aux", PE_SAMPLE_AUX},
+  {"cgroup", PE_SAMPLE_CGROUP}, {"data_page_size", PE_SAMPLE_DATA_PAGE_SIZE},
+  {"code_page_size", PE_SAMPLE_CODE_PAGE_SIZE},
+  {"weight_struct", PE_SAMPLE_WEIGHT_STRUCT}, {NULL, 0}
+};
+
+static const bitname read_bits[] = {
+  {"total_time_enabled", PE_FORMAT_TOTAL_TIME_ENABLED},
+  {"total_time_running", PE_FORMAT_TOTAL_TIME_RUNNING},
+  {"id", PE_FORMAT_ID}, {"group", PE_FORMAT_GROUP}, {"lost", PE_FORMAT_LOST},
+  {NULL, 0}
+};
+
+static const bitname branch_bits[] = {
+  {"user", 1u << 0}, {"kernel", 1u << 1}, {"hv", 1u << 2},
+  {"any", 1u << 3}, {"any_call", 1u << 4}, {"any_return", 1u << 5},
+  {"ind_call", 1u << 6}, {"abort_tx", 1u << 7}, {"in_tx", 1u << 8},
+  {"no_tx", 1u << 9}, {"cond", 1u << 10}, {"call_stack", 1u << 11},
+  {"ind_jump", 1u << 12}, {"call", 1u << 13}, {"no_flags", 1u << 14},
+  {"no_cycles", 1u << 15}, {"type_save", 1u << 16}, {"hw_index", 1u << 17},
+  {"priv_save", 1u << 18}, {"counters", 1u << 19}, {"plm_all", 7u},
+  {NULL, 0}
+};
+
+static const bitname *bits_for(const char *field)
+{
+  if (strcmp(field, "sample_type") == 0) return sample_bits;
+  if (strcmp(field, "read_format") == 0) return read_bits;
+  if (strcmp(field, "branch_sample_type") == 0) return branch_bits;
+  return NULL;
+}
+
+/* Looks up one bit name, case-insensitively, with or without the
+ * PERF_SAMPLE_ / PERF_FORMAT_ / PERF_SAMPLE_BRANCH_ prefix. */
+static int lookup_bit(const bitname *t, const char *s, size_t len, uint64_t *bit)
+{
+  char low[64];
+  size_t i;
+  static const char *prefixes[] = {"perf_sample_branch_", "perf_sample_", "perf_format_", NULL};
+  if (len == 0 || len >= sizeof low) return 0;
+  for (i = 0; i < len; i++) low[i] = (char)tolower((unsigned char)s[i]);
+  low[len] = 0;
+  for (i = 0; prefixes[i]; i++) {
+    size_t pl = strlen(prefixes[i]);
+    if (len > pl && memcmp(low, prefixes[i], pl) == 0) {
+      memmove(low, low + pl, len - pl + 1);
+      break;
+    }
+  }
+  for (; t->name; t++)
+    if (strcmp(t->name, low) == 0) { *bit = t->bit; return 1; }
+  return 0;
+}
+
+static void unknown_bit(lua_State *L, const char *field, const bitname *t,
+                        const char *s, size_t len)
+{
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  lua_pushfstring(L, "unknown %s name '", field);
+  luaL_addvalue(&b);
+  luaL_addlstring(&b, s, len);
+  luaL_addstring(&b, "' (valid: ");
+  for (; t->name; t++) {
+    luaL_addstring(&b, t->name);
+    if (t[1].name) luaL_addstring(&b, ", ");
+  }
+  luaL_addchar(&b, ')');
+  luaL_pushresult(&b);
+  lua_error(L);
+}
+
+/* number | "a|b|c" | {"a","b"} -> bits; raises on unknown names */
+int pe_flags_from_value(lua_State *L, int idx, const char *field, uint64_t *out)
+{
+  const bitname *t = bits_for(field);
+  const char *why;
+  uint64_t v = 0, bit;
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  if (lua_type(L, idx) == LUA_TSTRING) {
+    size_t len;
+    const char *s = lua_tolstring(L, idx, &len), *p = s, *end = s + len;
+    if (pe_to_u64(L, idx, out, &why)) return 1;    /* "0x10" is a number */
+    while (p < end) {
+      const char *q = memchr(p, '|', (size_t)(end - p));
+      const char *e = q ? q : end;
+      while (p < e && isspace((unsigned char)*p)) p++;
+      while (e > p && isspace((unsigned char)e[-1])) e--;
+      if (!lookup_bit(t, p, (size_t)(e - p), &bit))
+        unknown_bit(L, field, t, p, (size_t)(e - p));
+      v |= bit;
+      p = q ? q + 1 : end;
+    }
+    *out = v;
+    return 1;
+  }
+  if (lua_type(L, idx) == LUA_TTABLE) {
+    size_t n = pe_rawlen(L, idx), i;
+    for (i = 1; i <= n; i++) {
+      size_t len;
+      const char *s;
+      lua_rawgeti(L, idx, (int)i);
+      if (lua_type(L, -1) != LUA_TSTRING)
+        luaL_error(L, "%s: entry %d is a %s, expected a name", field, (int)i,
+                   luaL_typename(L, -1));
+      s = lua_tolstring(L, -1, &len);
+      if (!lookup_bit(t, s, len, &bit)) unknown_bit(L, field, t, s, len);
+      v |= bit;
+      lua_pop(L, 1);
+    }
+    *out = v;
+    return 1;
+  }
+  if (!pe_to_u64(L, idx, out, &why))
+    luaL_error(L, "attr field '%s': %s (a number, a name list or an 'a|b' string)", field, why);
+  return 1;
+}
+
+/* ---- field table ------------------------------------------------------- */
+enum kind {
+  K_U64, K_U32, K_U16, K_FLAG, K_PRECISE, K_BITS, K_TYPE, K_BPTYPE,
+  K_CLOCKID, K_STRPTR, K_AUXBIT
+};
+
+typedef struct {
+  const char *name;
+  enum kind kind;
+  unsigned off;      /* byte offset in struct pe_attr */
+  int bit;           /* flag bit / aux_action bit */
+  int group;         /* union group: fields in one group are exclusive */
+} fielddesc;
+
+#define OFF(f) ((unsigned)offsetof(struct pe_attr, f))
+#define FLAG(n) {#n, K_FLAG, OFF(flags), PE_FLAG_##n, 0}
+
+static const fielddesc fields[] = {
+  {"type", K_TYPE, OFF(type), 0, 0},
+  {"size", K_U32, OFF(size), 0, 0},
+  {"config", K_U64, OFF(config), 0, 0},
+  {"sample_period", K_U64, OFF(sample_period), 0, 1},
+  {"sample_freq", K_U64, OFF(sample_period), 0, 1},
+  {"sample_type", K_BITS, OFF(sample_type), 0, 0},
+  {"read_format", K_BITS, OFF(read_format), 0, 0},
+  FLAG(disabled), FLAG(inherit), FLAG(pinned), FLAG(exclusive),
+  FLAG(exclude_user), FLAG(exclude_kernel), FLAG(exclude_hv), FLAG(exclude_idle),
+  FLAG(mmap), FLAG(comm), FLAG(freq), FLAG(inherit_stat), FLAG(enable_on_exec),
+  FLAG(task), FLAG(watermark),
+  {"precise_ip", K_PRECISE, OFF(flags), PE_FLAG_precise_ip, 0},
+  FLAG(mmap_data), FLAG(sample_id_all), FLAG(exclude_host), FLAG(exclude_guest),
+  FLAG(exclude_callchain_kernel), FLAG(exclude_callchain_user), FLAG(mmap2),
+  FLAG(comm_exec), FLAG(use_clockid), FLAG(context_switch), FLAG(write_backward),
+  FLAG(namespaces), FLAG(ksymbol), FLAG(bpf_event), FLAG(aux_output), FLAG(cgroup),
+  FLAG(text_poke), FLAG(build_id), FLAG(inherit_thread), FLAG(remove_on_exec),
+  FLAG(sigtrap),
+  {"wakeup_events", K_U32, OFF(wakeup_events), 0, 2},
+  {"wakeup_watermark", K_U32, OFF(wakeup_events), 0, 2},
+  {"bp_type", K_BPTYPE, OFF(bp_type), 0, 0},
+  {"config1", K_U64, OFF(config1), 0, 3},
+  {"bp_addr", K_U64, OFF(config1), 0, 3},
+  {"kprobe_func", K_STRPTR, OFF(config1), 0, 3},
+  {"uprobe_path", K_STRPTR, OFF(config1), 0, 3},
+  {"config2", K_U64, OFF(config2), 0, 4},
+  {"bp_len", K_U64, OFF(config2), 0, 4},
+  {"kprobe_addr", K_U64, OFF(config2), 0, 4},
+  {"probe_offset", K_U64, OFF(config2), 0, 4},
+  {"branch_sample_type", K_BITS, OFF(branch_sample_type), 0, 0},
+  {"sample_regs_user", K_U64, OFF(sample_regs_user), 0, 0},
+  {"sample_stack_user", K_U32, OFF(sample_stack_user), 0, 0},
+  {"clockid", K_CLOCKID, OFF(clockid), 0, 0},
+  {"sample_regs_intr", K_U64, OFF(sample_regs_intr), 0, 0},
+  {"aux_watermark", K_U32, OFF(aux_watermark), 0, 0},
+  {"sample_max_stack", K_U16, OFF(sample_max_stack), 0, 0},
+  {"aux_sample_size", K_U32, OFF(aux_sample_size), 0, 0},
+  {"aux_action", K_U32, OFF(aux_action), 0, 5},
+  {"aux_start_paused", K_AUXBIT, OFF(aux_action), 0, 0},
+  {"aux_pause", K_AUXBIT, OFF(aux_action), 1, 0},
+  {"aux_resume", K_AUXBIT, OFF(aux_action), 2, 0},
+  {"sig_data", K_U64, OFF(sig_data), 0, 0},
+  {"config3", K_U64, OFF(config3), 0, 0},
+  {NULL, K_U64, 0, 0, 0}
+};
+
+static const fielddesc *find_field(const char *name)
+{
+  const fielddesc *f;
+  for (f = fields; f->name; f++)
+    if (strcmp(f->name, name) == 0) return f;
+  return NULL;
+}
+
+static const struct { const char *name; uint32_t type; } type_names[] = {
+  {"hardware", PE_TYPE_HARDWARE}, {"software", PE_TYPE_SOFTWARE},
+  {"tracepoint", PE_TYPE_TRACEPOINT}, {"hw_cache", PE_TYPE_HW_CACHE},
+  {"raw", PE_TYPE_RAW}, {"breakpoint", PE_TYPE_BREAKPOINT}, {NULL, 0}
+};
+
+/* a PMU name -> its dynamic type from sysfs; -1 if there is no such PMU */
+static long pmu_type_from_sysfs(const char *name)
+{
+  char path[256], buf[32];
+  FILE *f;
+  long v = -1;
+  const char *p;
+  for (p = name; *p; p++)
+    if (!(isalnum((unsigned char)*p) || *p == '_' || *p == '-' || *p == '.')) return -1;
+  if (p == name || p - name > 100) return -1;
+  snprintf(path, sizeof path, "/sys/bus/event_source/devices/%s/type", name);
+  f = fopen(path, "re");
+  if (!f) return -1;
+  if (fgets(buf, sizeof buf, f)) {
+    char *end;
+    long x = strtol(buf, &end, 10);
+    if (end != buf && x >= 0) v = x;
+  }
+  fclose(f);
+  return v;
+}
+
+static const struct { const char *name; int id; } clock_names[] = {
+  {"realtime", 0}, {"monotonic", 1}, {"monotonic_raw", 4}, {"boottime", 7},
+  {"tai", 11}, {NULL, 0}
+};
+
+static void field_error(lua_State *L, const char *name, const char *what)
+{
+  luaL_error(L, "attr field '%s': %s", name, what);
+}
+
+static uint64_t field_u64(lua_State *L, int idx, const char *name)
+{
+  uint64_t v;
+  const char *why;
+  if (lua_type(L, idx) == LUA_TBOOLEAN) return (uint64_t)lua_toboolean(L, idx);
+  if (!pe_to_u64(L, idx, &v, &why)) field_error(L, name, why);
+  return v;
+}
+
+static void set_one(lua_State *L, const fielddesc *f, int vidx, struct pe_attr *a)
+{
+  unsigned char *base = (unsigned char *)a;
+  uint64_t v;
+  switch (f->kind) {
+  case K_U64:
+    v = field_u64(L, vidx, f->name);
+    memcpy(base + f->off, &v, 8);
+    break;
+  case K_U32: case K_U16: {
+    uint64_t max = f->kind == K_U32 ? 0xffffffffull : 0xffffull;
+    v = field_u64(L, vidx, f->name);
+    if (v > max)
+      luaL_error(L, "attr field '%s': %s out of range (0-%s)", f->name,
+                 lua_tostring(L, vidx) ? lua_tostring(L, vidx) : "value",
+                 f->kind == K_U32 ? "4294967295" : "65535");
+    if (f->kind == K_U32) { uint32_t x = (uint32_t)v; memcpy(base + f->off, &x, 4); }
+    else { uint16_t x = (uint16_t)v; memcpy(base + f->off, &x, 2); }
+    break;
+  }
+  case K_FLAG:
+    if (lua_type(L, vidx) == LUA_TBOOLEAN) v = (uint64_t)lua_toboolean(L, vidx);
+    else {
+      v = field_u64(L, vidx, f->name);
+      if (v > 1) field_error(L, f->name, "a flag takes true/false (or 0/1)");
+    }
+    a->flags = (a->flags & ~((uint64_t)1 << f->bit)) | (v << f->bit);
+    break;
+  case K_AUXBIT:
+    if (lua_type(L, vidx) == LUA_TBOOLEAN) v = (uint64_t)lua_toboolean(L, vidx);
+    else {
+      v = field_u64(L, vidx, f->name);
+      if (v > 1) field_error(L, f->name, "a flag takes true/false (or 0/1)");
+    }
+    a->aux_action = (a->aux_action & ~(1u << f->bit)) | ((uint32_t)v << f->bit);
+    break;
+  case K_PRECISE:
+    v = field_u64(L, vidx, f->name);
+    if (v > 3) field_error(L, f->name, "must be 0-3");
+    a->flags = (a->flags & ~(3ull << PE_FLAG_precise_ip)) | (v << PE_FLAG_precise_ip);
+    break;
+  case K_BITS:
+    pe_flags_from_value(L, vidx, f->name, &v);
+    memcpy(base + f->off, &v, 8);
+    break;
+  case K_TYPE:
+    if (lua_type(L, vidx) == LUA_TSTRING && !lua_isnumber(L, vidx)) {
+      const char *s = lua_tostring(L, vidx);
+      int i;
+      long t = -1;
+      for (i = 0; type_names[i].name; i++)
+        if (strcmp(type_names[i].name, s) == 0) t = type_names[i].type;
+      if (t < 0) t = pmu_type_from_sysfs(s);
+      if (t < 0)
+        luaL_error(L, "attr field 'type': unknown type or PMU '%s' (hardware, software, "
+                   "tracepoint, hw_cache, raw, breakpoint, or a name under "
+                   "/sys/bus/event_source/devices)", s);
+      a->type = (uint32_t)t;
+    } else {
+      v = field_u64(L, vidx, "type");
+      if (v > 0xffffffffull) field_error(L, "type", "out of range");
+      a->type = (uint32_t)v;
+    }
+    break;
+  case K_BPTYPE:
+    if (lua_type(L, vidx) == LUA_TSTRING && !lua_isnumber(L, vidx)) {
+      const char *s = lua_tostring(L, vidx);
+      uint32_t t = 0;
+      for (; *s; s++) {
+        char c = (char)tolower((unsigned char)*s);
+        if (c == 'r') t |= PE_BP_R;
+        else if (c == 'w') t |= PE_BP_W;
+        else if (c == 'x') t |= PE_BP_X;
+        else field_error(L, "bp_type", "use a number or a combination of r, w, x");
+      }
+      a->bp_type = t;
+    } else {
+      v = field_u64(L, vidx, "bp_type");
+      if (v > 0xffffffffull) field_error(L, "bp_type", "out of range");
+      a->bp_type = (uint32_t)v;
+    }
+    break;
+  case K_CLOCKID:
+    if (lua_type(L, vidx) == LUA_TSTRING && !lua_isnumber(L, vidx)) {
+      const char *s = lua_tostring(L, vidx);
+      int i, found = 0;
+      for (i = 0; clock_names[i].name; i++)
+        if (strcasecmp(clock_names[i].name, s) == 0 ||
+            (strncasecmp(s, "CLOCK_", 6) == 0 && strcasecmp(clock_names[i].name, s + 6) == 0)) {
+          a->clockid = clock_names[i].id;
+          found = 1;
+        }
+      if (!found)
+        field_error(L, "clockid", "unknown clock (monotonic, monotonic_raw, realtime, boottime, tai, or a number)");
+    } else {
+      int64_t x = (int64_t)field_u64(L, vidx, "clockid");
+      if (x < -2147483647 - 1 || x > 2147483647) field_error(L, "clockid", "out of range");
+      a->clockid = (int32_t)x;
+    }
+    break;
+  case K_STRPTR: {
+    size_t len;
+    const char *s;
+    if (lua_type(L, vidx) != LUA_TSTRING)
+      field_error(L, f->name, "expected a string (a path or a function name)");
+    s = lua_tolstring(L, vidx, &len);
+    if (strlen(s) != len) field_error(L, f->name, "string contains a NUL byte");
+    if (len >= 4096) field_error(L, f->name, "string too long");
+    a->config1 = (uint64_t)(uintptr_t)s;  /* kept alive by the table on the stack */
+    break;
+  }
+  }
+}
+
+void pe_attr_from_table(lua_State *L, int idx, struct pe_attr *a, int anchor)
+{
+  const fielddesc *seen_group[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+  int saw_freq_value = 0, saw_freq_flag = -1, saw_wm_value = 0, saw_wm_flag = -1;
+  (void)anchor;
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  memset(a, 0, sizeof *a);
+  a->size = sizeof *a;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    const fielddesc *f;
+    const char *name;
+    if (lua_type(L, -2) != LUA_TSTRING)
+      luaL_error(L, "attr: keys must be field names, got a %s key", luaL_typename(L, -2));
+    name = lua_tostring(L, -2);
+    f = find_field(name);
+    if (!f) luaL_error(L, "unknown attr field '%s'", name);
+    if (f->group) {
+      const fielddesc *prev = seen_group[f->group];
+      if (prev && prev != f)
+        luaL_error(L, "attr fields '%s' and '%s' share storage: give only one", prev->name, f->name);
+      seen_group[f->group] = f;
+    }
+    if (f->kind == K_AUXBIT && seen_group[5])
+      luaL_error(L, "attr fields 'aux_action' and '%s' overlap: give only one", f->name);
+    if (strcmp(name, "sample_freq") == 0) saw_freq_value = 1;
+    if (strcmp(name, "wakeup_watermark") == 0) saw_wm_value = 1;
+    set_one(L, f, lua_gettop(L), a);
+    if (strcmp(name, "freq") == 0) saw_freq_flag = (int)((a->flags >> PE_FLAG_freq) & 1);
+    if (strcmp(name, "watermark") == 0) saw_wm_flag = (int)((a->flags >> PE_FLAG_watermark) & 1);
+    lua_pop(L, 1);
+  }
+  if (seen_group[5]) {   /* aux_action given whole: the bit names must not be */
+    lua_getfield(L, idx, "aux_start_paused");
+    lua_getfield(L, idx, "aux_pause");
+    lua_getfield(L, idx, "aux_resume");
+    if (!lua_isnil(L, -1) || !lua_isnil(L, -2) || !lua_isnil(L, -3))
+      luaL_error(L, "attr field 'aux_action' overlaps aux_start_paused/aux_pause/aux_resume: give only one");
+    lua_pop(L, 3);
+  }
+  if (saw_freq_value) {
+    if (saw_freq_flag == 0) luaL_error(L, "attr: sample_freq given with freq=false");
+    a->flags |= PE_FLAG_BIT(freq);
+  } else if (saw_freq_flag == 1 && seen_group[1] && strcmp(seen_group[1]->name, "sample_period") == 0) {
+    luaL_error(L, "attr: freq=true with sample_period: use sample_freq");
+  }
+  if (saw_wm_value) {
+    if (saw_wm_flag == 0) luaL_error(L, "attr: wakeup_watermark given with watermark=false");
+    a->flags |= PE_FLAG_BIT(watermark);
+  }
+}
+
+static void set_u64_field(lua_State *L, const char *name, uint64_t v)
+{
+  pe_push_u64(L, v);
+  lua_setfield(L, -2, name);
+}
+
+void pe_attr_to_table(lua_State *L, const struct pe_attr *a)
+{
+  const fielddesc *f;
+  int freq = (int)((a->flags >> PE_FLAG_freq) & 1);
+  int wm = (int)((a->flags >> PE_FLAG_watermark) & 1);
+  lua_createtable(L, 0, 16);
+  lua_pushinteger(L, a->type); lua_setfield(L, -2, "type");
+  lua_pushinteger(L, a->size); lua_setfield(L, -2, "size");
+  set_u64_field(L, "config", a->config);
+  if (a->sample_period) set_u64_field(L, freq ? "sample_freq" : "sample_period", a->sample_period);
+  if (a->sample_type) set_u64_field(L, "sample_type", a->sample_type);
+  if (a->read_format) set_u64_field(L, "read_format", a->read_format);
+  for (f = fields; f->name; f++)
+    if (f->kind == K_FLAG && ((a->flags >> f->bit) & 1)) {
+      lua_pushboolean(L, 1);
+      lua_setfield(L, -2, f->name);
+    }
+  if ((a->flags >> PE_FLAG_precise_ip) & 3) {
+    lua_pushinteger(L, (lua_Integer)((a->flags >> PE_FLAG_precise_ip) & 3));
+    lua_setfield(L, -2, "precise_ip");
+  }
+  if (a->wakeup_events) {
+    lua_pushinteger(L, a->wakeup_events);
+    lua_setfield(L, -2, wm ? "wakeup_watermark" : "wakeup_events");
+  }
+  if (a->type == PE_TYPE_BREAKPOINT) {
+    lua_pushinteger(L, a->bp_type); lua_setfield(L, -2, "bp_type");
+    set_u64_field(L, "bp_addr", a->config1);
+    set_u64_field(L, "bp_len", a->config2);
+  } else {
+    if (a->bp_type) { lua_pushinteger(L, a->bp_type); lua_setfield(L, -2, "bp_type"); }
+    if (a->config1) set_u64_field(L, "config1", a->config1);
+    if (a->config2) set_u64_field(L, "config2", a->config2);
+  }
+  if (a->branch_sample_type) set_u64_field(L, "branch_sample_type", a->branch_sample_type);
+  if (a->sample_regs_user) set_u64_field(L, "sample_regs_user", a->sample_regs_user);
+  if (a->sample_stack_user) set_u64_field(L, "sample_stack_user", a->sample_stack_user);
+  if (a->clockid || ((a->flags >> PE_FLAG_use_clockid) & 1)) {
+    lua_pushinteger(L, a->clockid); lua_setfield(L, -2, "clockid");
+  }
+  if (a->sample_regs_intr) set_u64_field(L, "sample_regs_intr", a->sample_regs_intr);
+  if (a->aux_watermark) set_u64_field(L, "aux_watermark", a->aux_watermark);
+  if (a->sample_max_stack) set_u64_field(L, "sample_max_stack", a->sample_max_stack);
+  if (a->aux_sample_size) set_u64_field(L, "aux_sample_size", a->aux_sample_size);
+  if (a->aux_action) set_u64_field(L, "aux_action", a->aux_action);
+  if (a->sig_data) set_u64_field(L, "sig_data", a->sig_data);
+  if (a->config3) set_u64_field(L, "config3", a->config3);
+}
+
+/* core.attr_encode(tbl) -> 136-byte string (used by tests and tooling) */
+int pe_l_attr_encode(lua_State *L)
+{
+  struct pe_attr a;
+  pe_attr_from_table(L, 1, &a, 0);
+  lua_pushlstring(L, (const char *)&a, sizeof a);
+  return 1;
+}
+
+/* core.attr_decode(bytes) -> table */
+int pe_l_attr_decode(lua_State *L)
+{
+  size_t len;
+  const char *s = luaL_checklstring(L, 1, &len);
+  struct pe_attr a;
+  memset(&a, 0, sizeof a);
+  memcpy(&a, s, len < sizeof a ? len : sizeof a);
+  pe_attr_to_table(L, &a);
+  return 1;
+}
+
+/* core.bits(field, value) -> number: resolves a sample_type/read_format/
+ * branch_sample_type spec; core.bits(field) -> table of name -> bit */
+int pe_l_bits(lua_State *L)
+{
+  const char *field = luaL_checkstring(L, 1);
+  const bitname *t = bits_for(field);
+  uint64_t v;
+  if (!t) return luaL_argerror(L, 1, "sample_type, read_format or branch_sample_type");
+  if (lua_isnoneornil(L, 2)) {
+    lua_newtable(L);
+    for (; t->name; t++) {
+      pe_push_u64(L, t->bit);
+      lua_setfield(L, -2, t->name);
+    }
+    return 1;
+  }
+  pe_flags_from_value(L, 2, field, &v);
+  pe_push_u64(L, v);
+  return 1;
+}

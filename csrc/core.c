@@ -1,0 +1,41 @@
+/*
+ * core.c - luaopen_perf_event_core: assembles the module from the files
+ * that own each concern (event.c, attr.c, readfmt.c, errors.c, u64.c).
+ */
+#include <errno.h>
+#include <string.h>
+#include "pe_core.h"
+
+static int l_strerror(lua_State *L)
+{
+  int err = (int)luaL_checkinteger(L, 1);
+  lua_pushstring(L, pe_errno_name(err));
+  lua_pushstring(L, strerror(err));
+  return 2;
+}
+
+/* core.u64(v) -> v normalised the way the core returns 64-bit values */
+static int l_u64(lua_State *L)
+{
+  pe_push_u64(L, pe_check_u64(L, 1));
+  return 1;
+}
+
+static const luaL_Reg funcs[] = {
+  {"attr_encode", pe_l_attr_encode}, {"attr_decode", pe_l_attr_decode},
+  {"bits", pe_l_bits}, {"decode_read", pe_l_decode_read},
+  {"strerror", l_strerror}, {"u64", l_u64}, {NULL, NULL}
+};
+
+PE_EXPORT int luaopen_perf_event_core(lua_State *L)
+{
+  pe_u64_init(L);
+  lua_newtable(L);
+  pe_setfuncs(L, funcs);
+  pe_open_events(L);
+  lua_pushinteger(L, PE_ATTR_SIZE_VER8);
+  lua_setfield(L, -2, "ATTR_SIZE");
+  lua_pushliteral(L, "0.1.0");
+  lua_setfield(L, -2, "VERSION");
+  return 1;
+}

@@ -1,0 +1,110 @@
+/*
+ * pe_core.h - declarations shared by the C files of perf_event.core.
+ *
+ * Owns: the event/group userdata layouts, the 64-bit value helpers and the
+ * error helper every file uses.  Each .c file says at its top what it owns.
+ */
+#ifndef PE_CORE_H
+#define PE_CORE_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include "pe_abi.h"
+#include "pe_compat.h"
+
+#define PE_EXPORT __attribute__((visibility("default")))
+#define PE_EVENT_MT "perf_event.event"
+#define PE_GROUP_MT "perf_event.group"
+
+/* ---- 64-bit values (u64.c) ---------------------------------------------- */
+/* Push v exactly: a Lua integer on 5.3+, a number when < 2^53, otherwise a
+ * uint64_t cdata on LuaJIT and a "0x..." string on PUC 5.1. */
+void pe_push_u64(lua_State *L, uint64_t v);
+void pe_push_s64(lua_State *L, int64_t v);
+/* Read a 64-bit value: integer, integral number, decimal/0x string, or a
+ * LuaJIT int64/uint64 cdata.  Returns 1 and sets *out, or 0 if idx holds
+ * something else (message in *why). */
+int pe_to_u64(lua_State *L, int idx, uint64_t *out, const char **why);
+uint64_t pe_check_u64(lua_State *L, int arg);
+int pe_u64_init(lua_State *L);
+
+/* ---- errors (errors.c) -------------------------------------------------- */
+const char *pe_errno_name(int err);
+/* Pushes nil, "op(what): ENAME: strerror (hint)", errno; returns 3.
+ * hint may be NULL: a generic one for the errno is used then. */
+int pe_push_syserror(lua_State *L, const char *op, const char *what, int err,
+                     const char *hint);
+/* Builds the message alone (used by the above and by raised errors). */
+void pe_push_errmsg(lua_State *L, const char *op, const char *what, int err,
+                    const char *hint);
+/* The hint perf_event_open's errno deserves for this attr/pid/cpu. */
+const char *pe_open_hint(char *buf, size_t len, int err,
+                         const struct pe_attr *a, int pid, int cpu,
+                         unsigned long flags);
+long pe_read_sysctl(const char *name, long dflt);
+
+/* ---- attr encoding (attr.c) --------------------------------------------- */
+/* Fills *a from the table at idx; raises on a caller mistake.  Strings that
+ * must outlive the syscall (uprobe_path, kprobe_func) are anchored in the
+ * table at 'anchor' (a stack index) and their pointers stored in config1. */
+void pe_attr_from_table(lua_State *L, int idx, struct pe_attr *a, int anchor);
+void pe_attr_to_table(lua_State *L, const struct pe_attr *a);
+int pe_flags_from_value(lua_State *L, int idx, const char *field, uint64_t *out);
+int pe_l_attr_encode(lua_State *L);
+int pe_l_attr_decode(lua_State *L);
+int pe_l_bits(lua_State *L);
+
+/* ---- read_format decoding (readfmt.c) ----------------------------------- */
+typedef struct pe_readval {
+  uint64_t value, id, lost;
+} pe_readval;
+typedef struct pe_reading {
+  uint64_t time_enabled, time_running;
+  uint64_t nr;           /* values filled */
+  uint64_t nr_total;     /* nr the kernel reported (GROUP) */
+  pe_readval *v;         /* caller's array */
+  size_t cap;            /* its capacity */
+} pe_reading;
+/* Decodes buf[0..len) as read_format rf; returns bytes consumed or -1 when
+ * the buffer is too short or inconsistent. */
+long pe_readfmt_decode(const unsigned char *buf, size_t len, uint64_t rf,
+                       pe_reading *out);
+size_t pe_readfmt_size(uint64_t rf, uint64_t nr);
+/* value * enabled / running without overflow (C7); running==0 -> 0 */
+uint64_t pe_scale(uint64_t value, uint64_t enabled, uint64_t running);
+void pe_push_reading(lua_State *L, const pe_reading *r, uint64_t rf);
+int pe_l_decode_read(lua_State *L);
+
+/* ---- events (event.c) --------------------------------------------------- */
+#define PE_EV_CLOSED    0x1u
+#define PE_EV_SELFMON   0x2u   /* pid==0 && cpu==-1: eligible for user-page reads */
+#define PE_EV_MEMBER    0x4u   /* a member of a group (not its leader) */
+#define PE_EV_AUTOEXCL  0x8u   /* exclude_kernel/hv were added for the caller */
+
+typedef struct pe_event {
+  int fd;                    /* -1 once closed */
+  unsigned flags;            /* PE_EV_* */
+  uint64_t read_format;
+  uint64_t sample_type;
+  uint64_t id;               /* IOC_ID, 0 if unknown */
+  int pid, cpu;
+  struct pe_mmap_page *page; /* mmap base (user page), NULL if none */
+  size_t map_len;            /* bytes mapped at page */
+  size_t data_pages;         /* ring data pages (0 = user page only) */
+  uint64_t tail;             /* ring consumer position */
+  uint64_t lost;             /* records lost reported by LOST records */
+  uint64_t lost_samples;     /* ... and by LOST_SAMPLES */
+  void *scratch;             /* contiguous copy of a wrapped record */
+  size_t scratch_len;
+  struct pe_attr attr;       /* what was passed to the kernel */
+} pe_event;
+
+pe_event *pe_check_event(lua_State *L, int idx);   /* raises if closed */
+pe_event *pe_to_event(lua_State *L, int idx);      /* may be closed */
+int pe_event_close(pe_event *ev);
+int pe_open_events(lua_State *L);
+
+/* ---- entry point -------------------------------------------------------- */
+PE_EXPORT int luaopen_perf_event_core(lua_State *L);
+
+#endif /* PE_CORE_H */

@@ -1,0 +1,236 @@
+--- perf_event: Linux perf_event_open(2) for Lua.
+-- The public face of the binding (API.md).  Counting, groups and the ioctls
+-- live in the C core (`perf_event.core`); event strings, PMU discovery and
+-- tracefs live in pure-Lua modules loaded on first use.
+-- @module perf_event
+
+local core = require("perf_event.core")
+
+local type, pairs, ipairs, error, tostring = type, pairs, ipairs, error, tostring
+local require = require
+
+local M = {
+  _VERSION = "perf_event " .. core.VERSION,
+  core = core,
+}
+
+-- lazily loaded pure-Lua modules (pmu.lua, parse.lua, tracepoint.lua, ...)
+local function mod(name)
+  return require("perf_event." .. name)
+end
+
+--- Builds the attr table for a spec, as perf would.
+-- @param spec an event string (`"task-clock:u"`) or a table
+-- @treturn[1] table attr fields named as in linux/perf_event.h
+-- @treturn[2] nil
+-- @treturn[2] string what is wrong with the spec
+function M.attr(spec)
+  return mod("parse").attr(spec)
+end
+
+--- Parses a comma-separated list of events, `{...}:mod` groups included.
+-- @tparam string str
+-- @treturn[1] table array of `{name=, attr=, group=, leader=}`
+-- @treturn[2] nil
+-- @treturn[2] string error
+function M.parse(str)
+  return mod("parse").parse(str)
+end
+
+--- Describes a spec the way `perf -vv` prints an attr.
+function M.describe(spec)
+  return mod("parse").describe(spec)
+end
+
+--- All PMUs of this machine (sysfs).
+function M.pmus()
+  return mod("pmu").pmus()
+end
+
+--- One PMU by name, or nil.
+function M.pmu(name)
+  return mod("pmu").pmu(name)
+end
+
+--- Event names this machine offers, optionally filtered by a pattern.
+function M.list(pattern)
+  return mod("pmu").list(pattern)
+end
+
+--- A tracepoint's id and format fields (tracefs).
+function M.tracepoint(name)
+  return mod("tracepoint").tracepoint(name)
+end
+
+--- perf-related sysctls as numbers.
+function M.sysctl()
+  return mod("pmu").sysctl()
+end
+
+local COUNT_FORMAT = "total_time_enabled|total_time_running"
+local GROUP_FORMAT = "group|id|total_time_enabled|total_time_running"
+
+local ATTR_ONLY = { event = true, name = true }
+
+-- spec -> attr table (a fresh copy the caller may change), name, and
+-- whether the caller chose the privilege level (so no auto exclusion)
+local function resolve(spec, level)
+  local attr, name, explicit_priv
+  if type(spec) == "string" then
+    local list, err = M.parse(spec)
+    if not list then error(err, level + 1) end
+    if #list ~= 1 then
+      error(("perf_event: '%s' names %d events; use pe.group for several"):format(spec, #list), level + 1)
+    end
+    attr, name = list[1].attr, list[1].name
+    explicit_priv = list[1].mods and list[1].mods:find("[ukh]") ~= nil
+  elseif type(spec) == "table" then
+    if spec.event ~= nil then
+      if type(spec.event) ~= "string" then
+        error("perf_event: spec.event must be an event string", level + 1)
+      end
+      local list, err = M.parse(spec.event)
+      if not list then error(err, level + 1) end
+      if #list ~= 1 then
+        error(("perf_event: '%s' names %d events"):format(spec.event, #list), level + 1)
+      end
+      attr, name = list[1].attr, list[1].name
+      explicit_priv = list[1].mods and list[1].mods:find("[ukh]") ~= nil
+      local copy = {}
+      for k, v in pairs(attr) do copy[k] = v end
+      attr = copy
+    else
+      attr = {}
+    end
+    for k, v in pairs(spec) do
+      if not ATTR_ONLY[k] then attr[k] = v end
+    end
+    if spec.exclude_kernel ~= nil or spec.exclude_user ~= nil or spec.exclude_hv ~= nil then
+      explicit_priv = true
+    end
+    if spec.name ~= nil then
+      name = tostring(spec.name)
+    elseif not name then
+      name = ("%s:%s"):format(tostring(attr.type), tostring(attr.config or 0))
+    end
+  else
+    error("perf_event: spec must be an event string or a table, got " .. type(spec), level + 1)
+  end
+  return attr, name, explicit_priv
+end
+
+local OPEN_OPTS = { pid = true, cpu = true, group = true, cgroup = true, cloexec = true,
+                    pages = true, flags = true }
+
+local function core_opts(opts, name, auto_exclude, level)
+  local o = { name = name, auto_exclude = auto_exclude }
+  if opts ~= nil then
+    if type(opts) ~= "table" then
+      error("perf_event: opts must be a table, got " .. type(opts), level + 1)
+    end
+    for k, v in pairs(opts) do
+      if OPEN_OPTS[k] then o[k] = v end
+    end
+  end
+  return o
+end
+
+--- Opens one event.
+-- @param spec an event string, `{event="...", field=value...}` or a full attr table
+-- @tparam[opt] table opts `pid`, `cpu`, `group`, `cgroup`, `cloexec`, `pages`
+-- @treturn[1] perf_event.event
+-- @treturn[2] nil
+-- @treturn[2] string message naming the errno and what to do
+-- @treturn[2] number errno
+function M.open(spec, opts)
+  local attr, name, explicit = resolve(spec, 2)
+  if attr.read_format == nil and not attr.sample_period and not attr.sample_freq then
+    attr.read_format = COUNT_FORMAT
+  end
+  return core.open(attr, core_opts(opts, name, not explicit, 2))
+end
+
+local function group_specs(specs, level)
+  if type(specs) == "string" then
+    local list, err = M.parse(specs)
+    if not list then error(err, level + 1) end
+    local out = {}
+    for i, e in ipairs(list) do
+      local explicit = e.mods and e.mods:find("[ukh]") ~= nil
+      local copy = {}
+      for k, v in pairs(e.attr) do copy[k] = v end
+      out[i] = { attr = copy, name = e.name, explicit = explicit }
+    end
+    return out
+  elseif type(specs) == "table" then
+    if #specs == 0 then error("perf_event: pe.group needs at least one event", level + 1) end
+    local out = {}
+    for i, s in ipairs(specs) do
+      local attr, name, explicit = resolve(s, level + 1)
+      out[i] = { attr = attr, name = name, explicit = explicit }
+    end
+    return out
+  end
+  error("perf_event: pe.group takes an array of specs or a '{a,b}' string, got " .. type(specs), level + 1)
+end
+
+--- Opens events as one group: scheduled together, read at once.
+-- The leader reads with PERF_FORMAT_GROUP|ID|TOTAL_TIME_*; the group
+-- starts counting when it is complete (unless `opts.disabled`).
+-- @param specs array of specs, or a string like `"{task-clock,page-faults}:u"`
+-- @tparam[opt] table opts as for `open`, plus `disabled`
+-- @treturn[1] perf_event.group
+-- @treturn[2] nil
+-- @treturn[2] string
+-- @treturn[2] number errno
+function M.group(specs, opts)
+  local members = group_specs(specs, 2)
+  local leader_disabled = members[1].attr.disabled
+  local evs = {}
+  for i, m in ipairs(members) do
+    m.attr.read_format = GROUP_FORMAT
+    if i == 1 then m.attr.disabled = true end
+    local o = core_opts(opts, m.name, not m.explicit, 2)
+    if i > 1 then o.group = evs[1] end
+    local ev, err, errno = core.open(m.attr, o)
+    if not ev then
+      for j = #evs, 1, -1 do evs[j]:close() end
+      return nil, err, errno
+    end
+    evs[i] = ev
+  end
+  local g = core.make_group(evs)
+  if not (leader_disabled or (opts and opts.disabled)) then
+    local ok, err, errno = g:enable()
+    if not ok then g:close() return nil, err, errno end
+  end
+  return g
+end
+
+--- Enables every event this process created (prctl).
+M.enable_all = core.enable_all
+--- Disables every event this process created (prctl).
+M.disable_all = core.disable_all
+
+-- groups forward the remaining ioctls to their leader
+do
+  local gidx = core.group_mt.__index
+  local eidx = core.event_mt.__index
+  for _, m in ipairs({ "refresh", "period", "set_output", "set_filter", "set_bpf",
+                       "pause_output", "modify", "query_bpf", "fd", "id", "attr", "info" }) do
+    local f = eidx[m]
+    gidx[m] = function(g, ...)
+      return f(g:members()[1], ...)
+    end
+  end
+  gidx.name = function(g)
+    local names = {}
+    for i, ev in ipairs(g:members()) do names[i] = ev:name() end
+    return "{" .. table.concat(names, ",") .. "}"
+  end
+  gidx.event = function(g, i)
+    return g:members()[i]
+  end
+end
+
+return M
