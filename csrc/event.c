@@ -841,6 +841,7 @@ int pe_open_events(lua_State *L)
   luaL_newmetatable(L, PE_EVENT_MT);
   lua_newtable(L);
   pe_setfuncs(L, event_methods);
+  pe_ring_methods(L);
   lua_setfield(L, -2, "__index");
   lua_pushcfunction(L, l_close); lua_setfield(L, -2, "__gc");
   lua_pushcfunction(L, l_close); lua_setfield(L, -2, "__close");

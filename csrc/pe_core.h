@@ -103,6 +103,8 @@ pe_event *pe_check_event(lua_State *L, int idx);   /* raises if closed */
 pe_event *pe_to_event(lua_State *L, int idx);      /* may be closed */
 int pe_event_close(pe_event *ev);
 int pe_open_events(lua_State *L);
+/* ring.c: adds the sampling methods to the table on top of the stack */
+void pe_ring_methods(lua_State *L);
 
 /* ---- entry point -------------------------------------------------------- */
 PE_EXPORT int luaopen_perf_event_core(lua_State *L);
