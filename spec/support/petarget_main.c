@@ -1,0 +1,39 @@
+/*
+ * petarget - runs libpetarget functions from the command line so specs and
+ * peer tools (perf) can measure a separate process:
+ *   petarget call N          pet_work called N times
+ *   petarget getppid N       getppid(2) called N times
+ *   petarget spin ITERS      burn CPU in pet_spin_inner
+ *   petarget touch W R       W writes and R reads of pet_cell[0]
+ *   petarget sleep MS        sleep, then exit
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <stdint.h>
+
+uint64_t pet_call(uint64_t n);
+uint64_t pet_spin(uint64_t iters);
+uint64_t pet_touch(uint64_t writes, uint64_t reads);
+
+int main(int argc, char **argv)
+{
+  uint64_t a = argc > 2 ? strtoull(argv[2], NULL, 0) : 0;
+  uint64_t b = argc > 3 ? strtoull(argv[3], NULL, 0) : 0;
+  uint64_t i;
+  if (argc < 2) {
+    fprintf(stderr, "usage: petarget call N | getppid N | spin ITERS | touch W R | sleep MS\n");
+    return 2;
+  }
+  if (strcmp(argv[1], "call") == 0) pet_call(a);
+  else if (strcmp(argv[1], "getppid") == 0) for (i = 0; i < a; i++) getppid();
+  else if (strcmp(argv[1], "spin") == 0) printf("%llu\n", (unsigned long long)pet_spin(a));
+  else if (strcmp(argv[1], "touch") == 0) pet_touch(a, b);
+  else if (strcmp(argv[1], "sleep") == 0) {
+    struct timespec ts = { (time_t)(a / 1000), (long)(a % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+  } else { fprintf(stderr, "petarget: unknown command %s\n", argv[1]); return 2; }
+  return 0;
+}
