@@ -48,7 +48,21 @@ build/test/libpetarget.so: spec/support/petarget.c
 build/test/petarget: spec/support/petarget_main.c build/test/libpetarget.so
 	$(CC) -O0 -g -Wall -Wextra -Werror $< -o $@ -Lbuild/test -lpetarget -Wl,-rpath,'$$ORIGIN'
 
-fixtures: build/test/libpetarget.so build/test/petarget
+# petest: a test-only Lua module per interpreter (spec/support/petest.c)
+PETEST_SRC := spec/support/petest.c build/test/libpetarget.so
+PETEST_CC = $(CC) -O1 -g -fPIC -shared -Wall -Wextra -Werror $< -o $@ -Lbuild/test -lpetarget -Wl,-rpath,'$$ORIGIN/..'
+build/test/luajit/petest.so: $(PETEST_SRC)
+	@mkdir -p $(dir $@)
+	$(PETEST_CC) $(shell pkg-config --cflags luajit)
+build/test/lua5.4/petest.so: $(PETEST_SRC)
+	@mkdir -p $(dir $@)
+	$(PETEST_CC) -I/usr/include/lua5.4
+build/test/lua5.1/petest.so: $(PETEST_SRC)
+	@mkdir -p $(dir $@)
+	$(PETEST_CC) -I/usr/include/lua5.1
+
+fixtures: build/test/libpetarget.so build/test/petarget build/test/luajit/petest.so \
+          build/test/lua5.4/petest.so build/test/lua5.1/petest.so
 
 test: fixtures
 	$(MAKE) LUA=luajit

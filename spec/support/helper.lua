@@ -8,5 +8,6 @@ if not build then
     build = "build/" .. _VERSION:gsub("Lua ", "lua")
   end
 end
-package.cpath = build .. "/?.so;" .. package.cpath
+local testdir = "build/test/" .. (jit and "luajit" or _VERSION:gsub("Lua ", "lua"))
+package.cpath = build .. "/?.so;" .. testdir .. "/?.so;" .. package.cpath
 package.path = "lua/?.lua;lua/?/init.lua;spec/?.lua;" .. package.path

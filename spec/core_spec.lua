@@ -1,0 +1,277 @@
+-- The C core against the real kernel: exact counts from tracepoints,
+-- breakpoints and uprobes, msr/tsc, every software event, groups.
+local pe = require("perf_event")
+local core = require("perf_event.core")
+local petest = require("petest")
+local U = require("support.util")
+
+local GETPPID = U.tp_id("syscalls", "sys_enter_getppid")
+local CLOSE = U.tp_id("syscalls", "sys_enter_close")
+
+local function tp(id, extra)
+  local a = { type = "tracepoint", config = id, exclude_kernel = false, name = "getppid" }
+  for k, v in pairs(extra or {}) do a[k] = v end
+  return a
+end
+
+describe("tracepoint counting", function()
+  it("counts exactly N getppid calls, and reset zeroes the count", function()
+    local ev = assert(pe.open(tp(GETPPID)))
+    ev:reset()
+    petest.getppid(37)
+    local v, en, run = ev:read()
+    assert.equal(37, v)
+    assert.is_true(en > 0)
+    assert.equal(en, run)
+    assert.is_true(ev:reset())
+    assert.equal(0, (ev:read()))
+    petest.getppid(5)
+    assert.equal(5, (ev:read()))
+    ev:close()
+  end)
+
+  it("disable freezes the count and enable resumes it", function()
+    local ev = assert(pe.open(tp(GETPPID, { disabled = true })))
+    petest.getppid(10)
+    assert.equal(0, (ev:read()))
+    assert.is_true(ev:enable())
+    petest.getppid(7)
+    assert.is_true(ev:disable())
+    petest.getppid(9)
+    assert.equal(7, (ev:read()))
+    ev:close()
+  end)
+
+  it("a group of a tracepoint and software events reads consistent values", function()
+    local g = assert(pe.group({
+      tp(GETPPID),
+      { type = "software", config = 1, name = "task-clock" },
+      { type = "software", config = 2, name = "page-faults" },
+    }))
+    assert.is_true(g:reset())
+    petest.getppid(100)
+    assert.is_true(g:disable())
+    local t = g:read()
+    assert.equal(100, t[1])
+    assert.equal(100, t.getppid)
+    assert.equal(t[2], t["task-clock"])
+    assert.is_true(t[2] > 0)
+    assert.equal(t[3], t["page-faults"])
+    assert.equal(t.time_enabled, t.time_running)
+    -- frozen: a second read gives the same values into the same table
+    petest.getppid(50)
+    local t2 = g:read(t)
+    assert.equal(t, t2)
+    assert.equal(100, t2[1])
+    assert.equal(3, #g)
+    g:close()
+  end)
+
+  it("a group starts counting only when it is complete (members idle before)", function()
+    local g = assert(pe.group({ tp(GETPPID), tp(GETPPID, { name = "getppid2" }) }, { disabled = true }))
+    petest.getppid(4)
+    local t = g:read()
+    assert.equal(0, t[1])
+    assert.equal(0, t[2])
+    assert.equal(0, t.time_enabled)
+    assert.is_true(g:enable())
+    petest.getppid(6)
+    t = g:read()
+    assert.equal(6, t[1])
+    assert.equal(6, t[2])
+    g:close()
+  end)
+
+  it("a member's disable without the group flag stops only the member (C-g3)", function()
+    local g = assert(pe.group({ tp(GETPPID), tp(GETPPID, { name = "m" }) }))
+    local m = g:members()[2]
+    local t0 = g:read()
+    assert.is_true(m:disable())
+    petest.getppid(3)
+    local t = g:read()
+    assert.equal(t0[1] + 3, t[1])
+    assert.equal(t0.m, t.m)
+    -- with the group flag, a member stops the whole group (C-g4)
+    assert.is_true(m:enable())
+    assert.is_true(m:disable(true))
+    local l = t[1]
+    petest.getppid(5)
+    t = g:read()
+    assert.equal(l, t[1])
+    g:close()
+  end)
+end)
+
+describe("breakpoints", function()
+  local addr = petest.cell_addr(0)
+
+  local function bp(bp_type, a, len, name)
+    return { type = "breakpoint", bp_type = bp_type, bp_addr = a or addr, bp_len = len or 8,
+             exclude_kernel = true, exclude_hv = true, name = name or "bp" }
+  end
+
+  it("W counts exactly the writes", function()
+    local ev = assert(pe.open(bp("w")))
+    petest.write_cell(0, 10)
+    petest.read_cell(0, 5)
+    assert.equal(10, (ev:read()))
+    ev:close()
+  end)
+
+  it("RW counts writes and reads", function()
+    local ev = assert(pe.open(bp("rw")))
+    petest.write_cell(0, 10)
+    petest.read_cell(0, 5)
+    assert.equal(15, (ev:read()))
+    ev:close()
+  end)
+
+  it("X counts executions of a function", function()
+    local ev = assert(pe.open(bp("x", petest.xfunc_addr(), 8)))
+    petest.xfunc(7)
+    assert.equal(7, (ev:read()))
+    ev:close()
+  end)
+
+  it("R alone is refused on x86 with EINVAL and a hint naming bp_type", function()
+    local ev, msg, errno = pe.open(bp("r"))
+    assert.is_nil(ev)
+    assert.equal(22, errno)
+    assert.matches("EINVAL", msg)
+    assert.matches("bp_type", msg)
+  end)
+
+  it("the 5th concurrent breakpoint gives ENOSPC with a hint", function()
+    local evs = {}
+    for i = 1, 4 do
+      evs[i] = assert(pe.open(bp("w", petest.cell_addr(i - 1), 8, "bp" .. i)))
+    end
+    local ev, msg, errno = pe.open(bp("w", petest.cell_addr(4), 8, "bp5"))
+    assert.is_nil(ev)
+    assert.equal(28, errno)
+    assert.matches("ENOSPC", msg)
+    assert.matches("at most 4", msg)
+    for i = 1, 4 do evs[i]:close() end
+    -- slots come back after close
+    ev = assert(pe.open(bp("w", petest.cell_addr(4), 8, "bp5")))
+    ev:close()
+  end)
+
+  it("modify moves a breakpoint to another address (MODIFY_ATTRIBUTES)", function()
+    local ev = assert(pe.open(bp("w")))
+    petest.write_cell(0, 3)
+    assert.is_true(ev:modify({ bp_addr = petest.cell_addr(1) }))
+    petest.write_cell(0, 4)      -- no longer watched
+    petest.write_cell(1, 6)      -- now watched
+    assert.equal(9, (ev:read()))
+    assert.equal(U.hex(petest.cell_addr(1)), U.hex(ev:attr().bp_addr))
+    -- W -> RW
+    assert.is_true(ev:modify({ bp_type = "rw" }))
+    petest.read_cell(1, 2)
+    assert.equal(11, (ev:read()))
+    -- a field that cannot change raises before the syscall
+    assert.has_error(function() ev:modify({ sample_period = 5 }) end)
+    ev:close()
+  end)
+end)
+
+describe("uprobe through the dynamic PMU", function()
+  it("counts exactly N calls of a function in a test library", function()
+    if not U.root_or_pending() then return end
+    local path, off = petest.maps_offset(petest.work_addr())
+    assert.matches("libpetarget%.so$", path)
+    local ev, err = pe.open({ type = "uprobe", uprobe_path = path, probe_offset = off,
+                              name = "pet_work" })
+    assert(ev, err)
+    petest.call(25)
+    assert.equal(25, (ev:read()))
+    local a = ev:attr()
+    assert.equal(path, a.uprobe_path)
+    assert.equal(off, a.probe_offset or a.config2 or a.bp_len)
+    ev:close()
+    -- retprobe: format/retprobe is config:0
+    ev = assert(pe.open({ type = "uprobe", config = 1, uprobe_path = path, probe_offset = off,
+                          name = "pet_work_ret" }))
+    petest.call(11)
+    assert.equal(11, (ev:read()))
+    ev:close()
+  end)
+
+  it("a path that does not exist gives ENOENT", function()
+    if not U.root_or_pending() then return end
+    local ev, msg, errno = pe.open({ type = "uprobe", uprobe_path = "/nonexistent/lib.so",
+                                     probe_offset = 0, name = "nope" })
+    assert.is_nil(ev)
+    assert.equal(2, errno)
+    assert.matches("ENOENT", msg)
+  end)
+end)
+
+describe("msr/tsc", function()
+  it("counts at a TSC-like rate while the task runs", function()
+    if not U.root_or_pending() then return end
+    local tsc = assert(pe.open({ type = "msr", config = 0, name = "msr/tsc/" }))
+    local clk = assert(pe.open({ type = "software", config = 1, name = "task-clock" }))
+    tsc:reset(); clk:reset()
+    local x = 0
+    for i = 1, 3e6 do x = x + i % 7 end
+    local cycles, ns = tsc:read(), clk:read()
+    local ghz = cycles / ns
+    -- TSCs run at 0.5-6 GHz; the two clocks cover the same run of the task
+    assert.is_true(ghz > 0.5 and ghz < 6, "rate " .. ghz .. " GHz")
+    tsc:close(); clk:close()
+  end)
+
+  it("refuses exclude_kernel (the msr PMU has no privilege filter) with EINVAL", function()
+    if not U.root_or_pending() then return end
+    local ev, _, errno = core.open({ type = "msr", config = 0, exclude_kernel = true }, { name = "tsc" })
+    assert.is_nil(ev)
+    assert.equal(22, errno)
+  end)
+end)
+
+describe("software events", function()
+  local names = { "cpu-clock", "task-clock", "page-faults", "context-switches", "cpu-migrations",
+                  "minor-faults", "major-faults", "alignment-faults", "emulation-faults", "dummy",
+                  "bpf-output", "cgroup-switches" }
+  it("every software event 0-11 opens and reads", function()
+    for config = 0, 11 do
+      local ev, err = pe.open({ type = "software", config = config, name = names[config + 1] })
+      assert(ev, err)
+      local v, en, run = ev:read()
+      assert.is_number(v)
+      assert.is_true(en >= run)
+      ev:close()
+    end
+  end)
+
+  it("task-clock advances with work and equals its running time when alone", function()
+    local ev = assert(pe.open({ type = "software", config = 1, name = "task-clock" }))
+    local x = 0
+    for i = 1, 1e6 do x = x + i end
+    local v, en, run = ev:read()
+    assert.is_true(v > 0)
+    assert.equal(en, run)
+    ev:close()
+  end)
+
+  it("config 12 is unknown: ENOENT naming the valid range", function()
+    local ev, msg, errno = pe.open({ type = "software", config = 12, name = "sw12" })
+    assert.is_nil(ev)
+    assert.equal(2, errno)
+    assert.matches("0%-11", msg)
+  end)
+end)
+
+describe("pe.enable_all / pe.disable_all (prctl)", function()
+  it("stop and restart every event of the process", function()
+    local ev = assert(pe.open(tp(GETPPID)))
+    assert.is_true(pe.disable_all())
+    petest.getppid(8)
+    assert.equal(0, (ev:read()))
+    assert.is_true(pe.enable_all())
+    petest.getppid(3)
+    assert.equal(3, (ev:read()))
+    ev:close()
+  end)
+end)

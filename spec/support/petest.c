@@ -1,0 +1,148 @@
+/*
+ * petest.c - a test-only Lua module (never installed) that lets the specs
+ * make exact numbers of syscalls, memory accesses and calls on every Lua
+ * version, FFI or not:  petest.getppid(n), petest.close(fd, n),
+ * petest.write_cell(i, n), petest.read_cell(i, n), petest.cell_addr(i),
+ * petest.call(n) (pet_work in libpetarget), petest.work_addr(),
+ * petest.xfunc(n) / petest.xfunc_addr() (a function in this module),
+ * petest.maps_offset(addr) -> path, file offset of addr from /proc/self/maps.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <lua.h>
+#include <lauxlib.h>
+
+uint64_t pet_call(uint64_t n);
+uintptr_t pet_addr_work(void);
+
+static volatile uint64_t cells[8] __attribute__((aligned(64)));
+
+static uint64_t arg_count(lua_State *L, int i)
+{
+  lua_Number n = luaL_checknumber(L, i);
+  if (n < 0 || n > 1e9) luaL_argerror(L, i, "count out of range");
+  return (uint64_t)n;
+}
+
+static int t_getppid(lua_State *L)
+{
+  uint64_t i, n = arg_count(L, 1);
+  for (i = 0; i < n; i++) syscall(SYS_getppid);
+  return 0;
+}
+
+static int t_close(lua_State *L)
+{
+  int fd = (int)luaL_checknumber(L, 1);
+  uint64_t i, n = arg_count(L, 2);
+  for (i = 0; i < n; i++) syscall(SYS_close, fd);
+  return 0;
+}
+
+static int cell_index(lua_State *L, int i)
+{
+  int c = (int)luaL_checknumber(L, i);
+  if (c < 0 || c >= 8) luaL_argerror(L, i, "cell 0..7");
+  return c;
+}
+
+static int t_write_cell(lua_State *L)
+{
+  int c = cell_index(L, 1);
+  uint64_t i, n = arg_count(L, 2);
+  for (i = 0; i < n; i++) cells[c] = i;
+  return 0;
+}
+
+static int t_read_cell(lua_State *L)
+{
+  int c = cell_index(L, 1);
+  uint64_t i, n = arg_count(L, 2), s = 0;
+  for (i = 0; i < n; i++) s += cells[c];
+  lua_pushnumber(L, (lua_Number)(s & 0xffff));
+  return 1;
+}
+
+static int t_cell_addr(lua_State *L)
+{
+  lua_pushnumber(L, (lua_Number)(uintptr_t)&cells[cell_index(L, 1)]);
+  return 1;
+}
+
+__attribute__((noinline)) static uint64_t xfunc(uint64_t x)
+{
+  cells[7] += x;
+  __asm__ volatile("" ::: "memory");
+  return cells[7];
+}
+
+static int t_xfunc(lua_State *L)
+{
+  uint64_t i, n = arg_count(L, 1);
+  for (i = 0; i < n; i++) xfunc(i);
+  return 0;
+}
+
+static int t_xfunc_addr(lua_State *L)
+{
+  lua_pushnumber(L, (lua_Number)(uintptr_t)&xfunc);
+  return 1;
+}
+
+static int t_call(lua_State *L)
+{
+  pet_call(arg_count(L, 1));
+  return 0;
+}
+
+static int t_work_addr(lua_State *L)
+{
+  lua_pushnumber(L, (lua_Number)pet_addr_work());
+  return 1;
+}
+
+/* the file and file offset an address of this process maps to */
+static int t_maps_offset(lua_State *L)
+{
+  uintptr_t addr = (uintptr_t)luaL_checknumber(L, 1);
+  char line[4096];
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f) return 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi, off;
+    char perms[8], path[3000];
+    path[0] = 0;
+    if (sscanf(line, "%lx-%lx %7s %lx %*s %*s %2999[^\n]", &lo, &hi, perms, &off, path) >= 4 &&
+        addr >= lo && addr < hi) {
+      char *p = path;
+      while (*p == ' ') p++;
+      fclose(f);
+      lua_pushstring(L, p);
+      lua_pushnumber(L, (lua_Number)(addr - lo + off));
+      return 2;
+    }
+  }
+  fclose(f);
+  return 0;
+}
+
+static const luaL_Reg fns[] = {
+  {"getppid", t_getppid}, {"close", t_close}, {"write_cell", t_write_cell},
+  {"read_cell", t_read_cell}, {"cell_addr", t_cell_addr}, {"xfunc", t_xfunc},
+  {"xfunc_addr", t_xfunc_addr}, {"call", t_call}, {"work_addr", t_work_addr},
+  {"maps_offset", t_maps_offset}, {NULL, NULL}
+};
+
+__attribute__((visibility("default"))) int luaopen_petest(lua_State *L)
+{
+  const luaL_Reg *r;
+  lua_newtable(L);
+  for (r = fns; r->name; r++) {
+    lua_pushcfunction(L, r->func);
+    lua_setfield(L, -2, r->name);
+  }
+  return 1;
+}
