@@ -105,6 +105,8 @@ int pe_event_close(pe_event *ev);
 int pe_open_events(lua_State *L);
 /* ring.c: adds the sampling methods to the table on top of the stack */
 void pe_ring_methods(lua_State *L);
+/* spawn.c: adds spawn/catch_signals/wait_pid to the module table on top */
+void pe_open_spawn(lua_State *L);
 
 /* ---- entry point -------------------------------------------------------- */
 PE_EXPORT int luaopen_perf_event_core(lua_State *L);
