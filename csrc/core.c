@@ -21,7 +21,15 @@ static int l_u64(lua_State *L)
   return 1;
 }
 
+/* core.scale(value, enabled, running) -> value * enabled / running (C7) */
+static int l_scale(lua_State *L)
+{
+  pe_push_u64(L, pe_scale(pe_check_u64(L, 1), pe_check_u64(L, 2), pe_check_u64(L, 3)));
+  return 1;
+}
+
 static const luaL_Reg funcs[] = {
+  {"scale", l_scale},
   {"attr_encode", pe_l_attr_encode}, {"attr_decode", pe_l_attr_decode},
   {"bits", pe_l_bits}, {"decode_read", pe_l_decode_read},
   {"strerror", l_strerror}, {"u64", l_u64}, {NULL, NULL}

@@ -534,7 +534,8 @@ static int l_read_raw(lua_State *L)
   if (pe_readfmt_decode((unsigned char *)buf, (size_t)n, ev->read_format, &r) < 0)
     return luaL_error(L, "read(%s): short read of %d bytes", ev_name(L, 1), (int)n);
   pe_push_reading(L, &r, ev->read_format);
-  return 1;
+  lua_pushinteger(L, n);      /* bytes read(2) returned */
+  return 2;
 }
 
 /* ---- misc methods ------------------------------------------------------ */
