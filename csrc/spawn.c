@@ -15,6 +15,7 @@
  *   core.catch_signals()     -> true   (SIGINT/SIGTERM go to a signalfd)
  *   core.wait_pid(pid [, timeout_ms]) -> "exited" | false | "signal", signo
  *                             | nil, msg, errno
+ *   core.now()               -> CLOCK_MONOTONIC in seconds (a number)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -356,6 +357,14 @@ static int l_wait_pid(lua_State *L)
   return 2;
 }
 
+static int l_now(lua_State *L)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9);
+  return 1;
+}
+
 static const luaL_Reg child_methods[] = {
   {"pid", l_child_pid}, {"start", l_child_start}, {"wait", l_child_wait},
   {"kill", l_child_kill}, {NULL, NULL}
@@ -363,7 +372,7 @@ static const luaL_Reg child_methods[] = {
 
 static const luaL_Reg spawn_funcs[] = {
   {"spawn", l_spawn}, {"catch_signals", l_catch_signals}, {"wait_pid", l_wait_pid},
-  {NULL, NULL}
+  {"now", l_now}, {NULL, NULL}
 };
 
 /* adds spawn/catch_signals/wait_pid to the module table on top of the stack */

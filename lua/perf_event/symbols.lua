@@ -1,0 +1,414 @@
+--- perf_event.symbols: addresses to function names, in pure Lua.
+-- User addresses go through the mappings of the process (MMAP/MMAP2 records
+-- or /proc/PID/maps) to a file offset, then through the ELF program headers
+-- to a link-time address, then to the `.symtab`/`.dynsym` symbol covering it.
+-- Kernel addresses go through `/proc/kallsyms` when it shows real addresses.
+-- No external tools are run.
+--
+--    local sym = pe.symbols.new()
+--    sym:load_maps("self")                  -- or feed records: sym:record(rec)
+--    print(sym:name(addr))                  -- "pet_spin", "libc.so.6+0x2a3f0", "[unknown]"
+--    local frames = sym:callchain(rec.callchain, rec.pid)   -- leaf first
+-- @module perf_event.symbols
+
+local io, math, string, table = io, math, string, table
+local type, tonumber, tostring, setmetatable, ipairs, pcall = type, tonumber, tostring, setmetatable, ipairs, pcall
+local byte, sub, find, format = string.byte, string.sub, string.find, string.format
+local floor = math.floor
+local mtype = rawget(math, "type")
+local bit = rawget(_G, "jit") and require("bit") or nil
+
+local M = {}
+
+-- ---------------------------------------------------------------- addresses
+
+--- An address (number, Lua 5.3+ integer, LuaJIT uint64 cdata, or "0x..."
+-- string, as the core returns 64-bit values) as 16 lower-case hex digits.
+-- @return string or nil for something that is not an address
+function M.hex(v)
+  local t = type(v)
+  if t == "number" then
+    if mtype and mtype(v) == "integer" then return format("%016x", v) end
+    if v < 0 or v ~= floor(v) or v >= 2^63 then return nil end
+    return format("%016x", v)
+  elseif t == "cdata" and bit then
+    return bit.tohex(v, 16)
+  elseif t == "string" then
+    local h = v:match("^0[xX](%x+)$") or v:match("^(%x+)$")
+    if not h or #h > 16 then return nil end
+    return (string.rep("0", 16 - #h) .. h):lower()
+  end
+  return nil
+end
+
+-- user-space addresses fit in 48 bits: a plain number is exact
+local function user_number(h)
+  if sub(h, 1, 4) == "0000" then return tonumber(h, 16) end
+  return nil
+end
+
+-- PERF_CONTEXT_* markers in callchains: -32 hv, -128 kernel, -512 user,
+-- -2048 guest, -2176 guest kernel, -2560 guest user (>= 0xfffffffffffff001)
+local CONTEXTS = {
+  ["ffffffffffffffe0"] = "hv", ["ffffffffffffff80"] = "kernel", ["fffffffffffffe00"] = "user",
+  ["fffffffffffff800"] = "guest", ["fffffffffffff780"] = "guest_kernel",
+  ["fffffffffffff600"] = "guest_user",
+}
+local function is_marker(h)
+  return sub(h, 1, 13) == "fffffffffffff" and h >= "fffffffffffff001"
+end
+
+-- ---------------------------------------------------------------- ELF files
+
+local function u16(s, o) local a, b = byte(s, o + 1, o + 2) return a + b * 256 end
+local function u32(s, o)
+  local a, b, c, d = byte(s, o + 1, o + 4)
+  return a + b * 256 + c * 65536 + d * 16777216
+end
+-- 64-bit little-endian; exact below 2^53, which covers offsets, sizes and
+-- user-space link addresses
+local function u64(s, o) return u32(s, o) + u32(s, o + 4) * 4294967296 end
+
+local function cstr(s, o)
+  local e = find(s, "\0", o + 1, true)
+  return sub(s, o + 1, (e or #s + 1) - 1)
+end
+
+local function read_at(f, off, len)
+  if len <= 0 then return "" end
+  if not f:seek("set", off) then return nil end
+  local s = f:read(len)
+  if not s or #s < len then return nil end
+  return s
+end
+
+local STT_FUNC, STT_GNU_IFUNC = 2, 10
+local SHT_SYMTAB, SHT_DYNSYM = 2, 11
+local PT_LOAD = 1
+
+local Elf = {}
+Elf.__index = Elf
+
+--- Reads the symbol tables and load segments of an ELF64 little-endian file.
+-- @tparam string path
+-- @treturn[1] table elf object with `:find(vaddr)` and `:vaddr(file_offset)`
+-- @treturn[2] nil
+-- @treturn[2] string why the file cannot be used
+function M.read_elf(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local h = f:read(64)
+  if not h or #h < 64 or sub(h, 1, 4) ~= "\127ELF" then
+    f:close()
+    return nil, path .. ": not an ELF file"
+  end
+  if byte(h, 5) ~= 2 or byte(h, 6) ~= 1 then
+    f:close()
+    return nil, path .. ": only ELF64 little-endian files are supported"
+  end
+  local elf = setmetatable({ path = path, etype = u16(h, 16), loads = {}, syms = {} }, Elf)
+  local phoff, shoff = u64(h, 32), u64(h, 40)
+  local phentsize, phnum = u16(h, 54), u16(h, 56)
+  local shentsize, shnum = u16(h, 58), u16(h, 60)
+  local ph = read_at(f, phoff, phentsize * phnum) or ""
+  for i = 0, phnum - 1 do
+    local o = i * phentsize
+    if o + 56 <= #ph and u32(ph, o) == PT_LOAD then
+      elf.loads[#elf.loads + 1] = { offset = u64(ph, o + 8), vaddr = u64(ph, o + 16),
+                                    filesz = u64(ph, o + 32), flags = u32(ph, o + 4) }
+    end
+  end
+  local sh = (shoff > 0 and read_at(f, shoff, shentsize * shnum)) or ""
+  local secs = {}
+  for i = 0, shnum - 1 do
+    local o = i * shentsize
+    if o + 64 <= #sh then
+      secs[i] = { type = u32(sh, o + 4), offset = u64(sh, o + 24), size = u64(sh, o + 32),
+                  link = u32(sh, o + 40), entsize = u64(sh, o + 56) }
+    end
+  end
+  local syms, seen = {}, {}
+  for _, want in ipairs({ SHT_SYMTAB, SHT_DYNSYM }) do
+    for i = 0, shnum - 1 do
+      local s = secs[i]
+      if s and s.type == want and s.entsize >= 24 and secs[s.link] then
+        local tab = read_at(f, s.offset, s.size)
+        local str = read_at(f, secs[s.link].offset, secs[s.link].size)
+        if tab and str then
+          for o = 0, s.size - s.entsize, s.entsize do
+            local info = byte(tab, o + 5)
+            local stype = info % 16
+            if (stype == STT_FUNC or stype == STT_GNU_IFUNC) and u16(tab, o + 6) ~= 0 then
+              local value = u64(tab, o + 8)
+              local name = cstr(str, u32(tab, o))
+              -- .symtab first: its entry wins over the .dynsym duplicate
+              if value ~= 0 and name ~= "" and not seen[value] then
+                seen[value] = true
+                syms[#syms + 1] = { addr = value, size = u64(tab, o + 16), name = name }
+              end
+            end
+          end
+        end
+      end
+    end
+  end
+  f:close()
+  table.sort(syms, function(a, b) return a.addr < b.addr end)
+  elf.syms = syms
+  return elf
+end
+
+--- The link-time address of a file offset (through the PT_LOAD segments).
+function Elf:vaddr(off)
+  for _, l in ipairs(self.loads) do
+    if off >= l.offset and off < l.offset + l.filesz then
+      return off - l.offset + l.vaddr
+    end
+  end
+  return nil
+end
+
+--- The symbol covering a link-time address: name, offset into it.
+function Elf:find(vaddr)
+  local syms = self.syms
+  local lo, hi = 1, #syms
+  local best
+  while lo <= hi do
+    local mid = floor((lo + hi) / 2)
+    if syms[mid].addr <= vaddr then best = mid; lo = mid + 1 else hi = mid - 1 end
+  end
+  if not best then return nil end
+  local s = syms[best]
+  if s.size > 0 and vaddr >= s.addr + s.size then return nil end
+  return s.name, vaddr - s.addr
+end
+
+local elf_cache = {}   -- path -> elf | false
+
+local function elf_for(path)
+  local e = elf_cache[path]
+  if e == nil then
+    local ok, res = pcall(M.read_elf, path)
+    e = ok and res or false
+    elf_cache[path] = e
+  end
+  return e or nil
+end
+
+-- ---------------------------------------------------------------- kernel
+
+local kernel -- { hex = {...sorted}, name = {...} } | false
+
+--- Loads /proc/kallsyms (text symbols). False when unreadable or when
+-- kptr_restrict hides the addresses (all zero).
+function M.kallsyms(path)
+  if kernel ~= nil and not path then return kernel end
+  local f = io.open(path or "/proc/kallsyms", "r")
+  local k = false
+  if f then
+    local hex, names = {}, {}
+    local n = 0
+    for line in f:lines() do
+      local a, t, name = line:match("^(%x+) (%a) (%S+)")
+      if a and (t == "t" or t == "T" or t == "w" or t == "W") and a ~= "0000000000000000" then
+        n = n + 1
+        hex[n], names[n] = a:lower(), name
+      end
+    end
+    f:close()
+    if n > 0 then
+      local idx = {}
+      for i = 1, n do idx[i] = i end
+      table.sort(idx, function(x, y) return hex[x] < hex[y] end)
+      local sh, sn = {}, {}
+      for i, j in ipairs(idx) do sh[i], sn[i] = hex[j], names[j] end
+      k = { hex = sh, name = sn }
+    end
+  end
+  if not path then kernel = k end
+  return k
+end
+
+local function kernel_name(h)
+  local k = M.kallsyms()
+  if not k then return nil end
+  local hex = k.hex
+  local lo, hi, best = 1, #hex, nil
+  while lo <= hi do
+    local mid = floor((lo + hi) / 2)
+    if hex[mid] <= h then best = mid; lo = mid + 1 else hi = mid - 1 end
+  end
+  if not best then return nil end
+  -- the offset, from the low 52 bits (exact in a double)
+  local off = tonumber(sub(h, 4), 16) - tonumber(sub(hex[best], 4), 16)
+  return k.name[best], off
+end
+
+-- ---------------------------------------------------------------- mappings
+
+local Sym = {}
+Sym.__index = Sym
+
+--- A new symbolizer: keeps the mappings of each process it is told about.
+-- @tparam[opt] table opts `kernel=false` to never read /proc/kallsyms
+function M.new(opts)
+  return setmetatable({ maps = {}, opts = opts or {} }, Sym)
+end
+
+local function basename(p) return (p:match("([^/]+)$")) or p end
+
+--- Adds one mapping of process `pid`: [start, start+len) maps `filename`
+-- from file offset `pgoff`.  A later mapping replaces the overlapped part
+-- of earlier ones, as mmap does.
+function Sym:add_map(pid, start, len, pgoff, filename)
+  local list = self.maps[pid]
+  if not list then list = {}; self.maps[pid] = list end
+  local stop = start + len
+  local out = {}
+  for _, m in ipairs(list) do
+    if m.stop <= start or m.start >= stop then
+      out[#out + 1] = m
+    else
+      if m.start < start then
+        out[#out + 1] = { start = m.start, stop = start, pgoff = m.pgoff, file = m.file }
+      end
+      if m.stop > stop then
+        out[#out + 1] = { start = stop, stop = m.stop, pgoff = m.pgoff + (stop - m.start), file = m.file }
+      end
+    end
+  end
+  out[#out + 1] = { start = start, stop = stop, pgoff = pgoff, file = filename }
+  table.sort(out, function(a, b) return a.start < b.start end)
+  self.maps[pid] = out
+end
+
+--- Reads /proc/PID/maps (PID a number or "self") into the mappings.
+-- @treturn[1] true
+-- @treturn[2] nil
+-- @treturn[2] string
+function Sym:load_maps(pid)
+  pid = pid or "self"
+  local f, err = io.open("/proc/" .. tostring(pid) .. "/maps", "r")
+  if not f then return nil, err end
+  local key = pid
+  if pid == "self" then
+    local st = io.open("/proc/self/stat", "r")
+    key = st and tonumber(st:read("*l"):match("^(%d+)")) or pid
+    if st then st:close() end
+  end
+  for line in f:lines() do
+    local s, e, perms, off, path = line:match("^(%x+)%-(%x+) (%S+) (%x+) %S+ %d+%s*(.*)$")
+    if s and perms:sub(3, 3) == "x" then
+      local start, stop = tonumber(s, 16), tonumber(e, 16)
+      if start and stop and start < 2^48 then
+        self:add_map(key, start, stop - start, tonumber(off, 16), path ~= "" and path or "//anon")
+      end
+    end
+  end
+  f:close()
+  return key
+end
+
+--- Feeds a decoded record: mmap/mmap2 add mappings (executable ones
+-- matter), fork copies the parent's, an exec (comm with misc 0x2000)
+-- and exit forget them.
+function Sym:record(rec)
+  local t = rec.type
+  if t == "mmap2" or t == "mmap" then
+    local start, len = user_number(M.hex(rec.addr) or ""), tonumber(rec.len)
+    if start and len and rec.filename then
+      self:add_map(rec.pid, start, len, tonumber(rec.pgoff) or 0, rec.filename)
+    end
+  elseif t == "fork" then
+    if rec.pid ~= rec.ppid and self.maps[rec.ppid] and not self.maps[rec.pid] then
+      local copy = {}
+      for i, m in ipairs(self.maps[rec.ppid]) do copy[i] = m end
+      self.maps[rec.pid] = copy
+    end
+  elseif t == "comm" then
+    if rec.misc and rec.misc % 0x4000 >= 0x2000 then self.maps[rec.pid] = nil end
+    self.comms = self.comms or {}
+    self.comms[rec.pid] = rec.comm
+  end
+end
+
+local function find_map(list, a)
+  if not list then return nil end
+  local lo, hi, best = 1, #list, nil
+  while lo <= hi do
+    local mid = floor((lo + hi) / 2)
+    if list[mid].start <= a then best = mid; lo = mid + 1 else hi = mid - 1 end
+  end
+  local m = best and list[best]
+  if m and a < m.stop then return m end
+  return nil
+end
+
+--- Resolves an address of process `pid` (user or kernel).
+-- @return name (`"func"`, `"lib.so+0x1f0"`, `"[unknown]"`), the offset
+--   into the function (or nil), the module (file basename or `"[kernel]"`)
+function Sym:lookup(addr, pid)
+  local h = M.hex(addr)
+  if not h then return "[unknown]" end
+  local a = user_number(h)
+  if not a then
+    if self.opts.kernel == false then return "[unknown]", nil, "[kernel]" end
+    local name, off = kernel_name(h)
+    return name or "[unknown]", off, "[kernel]"
+  end
+  local m = find_map(self.maps[pid], a) or (pid ~= nil and find_map(self.maps["self"], a))
+  if not m then return "[unknown]" end
+  local fileoff = a - m.start + m.pgoff
+  local file = m.file
+  if sub(file, 1, 1) == "/" and not find(file, " (deleted)", 1, true) then
+    local elf = elf_for(file)
+    if elf then
+      local v = elf:vaddr(fileoff)
+      -- a page of the file mapped but not in a PT_LOAD segment: use the offset
+      local name, off = elf:find(v or fileoff)
+      if name then return name, off, basename(file) end
+    end
+  end
+  if sub(file, 1, 1) == "[" then return file, nil, file end
+  return format("%s+0x%x", basename(file), fileoff), nil, basename(file)
+end
+
+--- The name alone (see lookup).
+function Sym:name(addr, pid)
+  return (self:lookup(addr, pid))
+end
+
+--- Names the frames of a sample's callchain, leaf first, without the
+-- PERF_CONTEXT_* markers.  Return addresses (every frame after the first
+-- of a context) are looked up at addr-1 so a call at the very end of a
+-- function still names that function.
+-- @param chain the record's `callchain` array
+-- @param pid the record's pid
+-- @treturn table array of names
+function Sym:callchain(chain, pid)
+  local out = {}
+  local first = true
+  for _, a in ipairs(chain or {}) do
+    local h = M.hex(a)
+    if h and is_marker(h) then
+      first = CONTEXTS[h] ~= nil or first
+    elseif h then
+      local look = a
+      if not first then
+        local n = user_number(h)
+        if n then look = n - 1 end
+      end
+      out[#out + 1] = self:name(look, pid)
+      first = false
+    end
+  end
+  return out
+end
+
+--- Forgets the cached ELF files and kallsyms (e.g. after a library changed).
+function M.flush()
+  elf_cache = {}
+  kernel = nil
+end
+
+return M
