@@ -40,6 +40,7 @@ PE_EXPORT int luaopen_perf_event_core(lua_State *L)
   pe_u64_init(L);
   lua_newtable(L);
   pe_setfuncs(L, funcs);
+  pe_ring_funcs(L);
   pe_open_events(L);
   pe_open_spawn(L);
   lua_pushinteger(L, PE_ATTR_SIZE_VER8);

@@ -73,6 +73,7 @@ int pe_event_close(pe_event *ev)
     ev->page = NULL;
     ev->map_len = 0;
   }
+  pe_ring_close(ev);
   free(ev->scratch);
   ev->scratch = NULL;
   ev->scratch_len = 0;

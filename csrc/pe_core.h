@@ -105,6 +105,10 @@ int pe_event_close(pe_event *ev);
 int pe_open_events(lua_State *L);
 /* ring.c: adds the sampling methods to the table on top of the stack */
 void pe_ring_methods(lua_State *L);
+/* ring.c: releases the AUX mapping (called by pe_event_close) and adds
+ * core's record functions to the module table on top of the stack */
+void pe_ring_close(pe_event *ev);
+void pe_ring_funcs(lua_State *L);
 /* spawn.c: adds spawn/catch_signals/wait_pid to the module table on top */
 void pe_open_spawn(lua_State *L);
 

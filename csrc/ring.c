@@ -1,13 +1,609 @@
 /*
- * ring.c - the mmap ring buffer and the record stream (CHECKLIST D, E, F).
+ * ring.c - the mmap ring buffer and the record stream (CHECKLIST D, F).
  *
- * Owns: the methods added to "perf_event.event" for sampling (records,
- * poll, lost, ...).  pe_ring_methods() is called by event.c with the
- * event method table on top of the stack.
+ * Owns: the sampling methods of "perf_event.event" (records, poll, lost,
+ * ring, map_aux, aux, and the LuaJIT fast-path hooks), the drain protocol
+ * (acquire load of data_head, records that straddle the end copied into a
+ * contiguous buffer, release store of data_tail when a pass ends), the
+ * write_backward flight-recorder snapshot, the AUX area, and simulated
+ * rings (core.sim_ring) that let tests feed the same code synthetic bytes.
+ * pe_ring_methods() is called by event.c with the method table on top of
+ * the stack; pe_ring_funcs() by core.c with the module table on top.
+ *
+ * The per-event state lives in ev->scratch (one malloc, freed by
+ * pe_event_close); the AUX mapping is released by pe_ring_close().
  */
-#include "pe_core.h"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#include "pe_records.h"
+
+#define MAX_RECORD 65536   /* header.size is a u16 */
+
+typedef struct ring_state {
+  unsigned char *base;       /* data area */
+  uint64_t size;             /* data_size, a power of two */
+  uint64_t head;             /* data_head snapshot of the open pass */
+  int pass;                  /* a pass is open */
+  int backward;              /* write_backward: snapshot mode */
+  const unsigned char *cur;  /* the record last handed out */
+  size_t cur_len;
+  pe_decode_cfg cfg;
+  void *aux;                 /* AUX mapping (map_aux), NULL if none */
+  size_t aux_len;
+  int sim;                   /* a simulated ring (core.sim_ring) */
+  /* write_backward snapshot: the bytes and the record offsets in them */
+  unsigned char *snap;
+  uint32_t *offs;
+  size_t nrec, irec;
+  char msg[200];             /* why the last pe_ring_next failed */
+  unsigned char buf[MAX_RECORD];
+} ring_state;
+
+static long page_size(void)
+{
+  static long ps = 0;
+  if (!ps) ps = sysconf(_SC_PAGESIZE);
+  return ps;
+}
+
+static const char *ev_label(lua_State *L, int idx)
+{
+  const char *s = NULL;
+  pe_getuservalue(L, idx);
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "name");
+    s = lua_tostring(L, -1);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return s ? s : "event";
+}
+
+/* The ring state of ev, created on first use; NULL (message pushed) when
+ * ev has no data area. */
+static ring_state *get_state(lua_State *L, pe_event *ev)
+{
+  ring_state *st = (ring_state *)ev->scratch;
+  uint64_t off, size;
+  int backward;
+  size_t extra = 0;
+  if (st) return st;
+  if (!ev->page || ev->data_pages == 0) {
+    lua_pushliteral(L, "this event has no ring buffer (open it with sample_period or "
+                    "opts.pages; an event redirected with set_output is read through "
+                    "the target's ring)");
+    return NULL;
+  }
+  off = __atomic_load_n(&ev->page->data_offset, __ATOMIC_RELAXED);
+  size = __atomic_load_n(&ev->page->data_size, __ATOMIC_RELAXED);
+  if (size == 0) {                       /* kernels before 4.1 (D7) */
+    off = (uint64_t)page_size();
+    size = (uint64_t)ev->data_pages * (uint64_t)page_size();
+  }
+  if (size < 8 || (size & (size - 1)) || off > ev->map_len || size > ev->map_len - off) {
+    lua_pushfstring(L, "the user page describes an invalid data area (offset %d, size %d)",
+                    (int)off, (int)size);
+    return NULL;
+  }
+  backward = (int)((ev->attr.flags >> PE_FLAG_write_backward) & 1);
+  if (backward) extra = (size_t)size + (size_t)(size / 8) * sizeof(uint32_t);
+  st = (ring_state *)calloc(1, sizeof *st + extra);
+  if (!st) { lua_pushliteral(L, "out of memory"); return NULL; }
+  st->base = (unsigned char *)ev->page + off;
+  st->size = size;
+  st->backward = backward;
+  if (backward) {
+    st->snap = (unsigned char *)(st + 1);
+    st->offs = (uint32_t *)(st->snap + size);
+  }
+  pe_decode_cfg_from_attr(&st->cfg, &ev->attr);
+  ev->scratch = st;
+  ev->scratch_len = sizeof *st + extra;
+  return st;
+}
+
+void pe_ring_close(pe_event *ev)
+{
+  ring_state *st = (ring_state *)ev->scratch;
+  if (st && st->aux) {
+    munmap(st->aux, st->aux_len);
+    st->aux = NULL;
+  }
+}
+
+/* copy len bytes starting at ring position pos (wrapping) into dst */
+static void ring_copy(unsigned char *dst, const unsigned char *base, uint64_t size,
+                      uint64_t pos, size_t len)
+{
+  size_t off = (size_t)(pos & (size - 1));
+  size_t first = (size_t)size - off;
+  if (first >= len) {
+    memcpy(dst, base + off, len);
+  } else {
+    memcpy(dst, base + off, first);
+    memcpy(dst + first, base, len - first);
+  }
+}
+
+static void count_lost(pe_event *ev, const unsigned char *p, size_t n)
+{
+  struct pe_event_header h;
+  uint64_t v;
+  memcpy(&h, p, sizeof h);
+  if (h.type == PE_RECORD_LOST && n >= 24) {
+    memcpy(&v, p + 16, 8);
+    ev->lost += v;
+  } else if (h.type == PE_RECORD_LOST_SAMPLES && n >= 16) {
+    memcpy(&v, p + 8, 8);
+    ev->lost_samples += v;
+  }
+}
+
+static void publish_tail(pe_event *ev)
+{
+  /* our reads of the records happen before the kernel may reuse them (D13) */
+  __atomic_store_n(&ev->page->data_tail, ev->tail, __ATOMIC_RELEASE);
+}
+
+/* write_backward: pause, copy what is new since the last pass, resume, and
+ * index the records from the newest (at head) to the oldest (D16). */
+static void backward_snapshot(pe_event *ev, ring_state *st)
+{
+  uint64_t head, avail, pos = 0;
+  size_t n = 0;
+  ioctl(ev->fd, PE_IOC_PAUSE_OUTPUT, 1ul);
+  head = __atomic_load_n(&ev->page->data_head, __ATOMIC_ACQUIRE);
+  avail = ev->tail - head;               /* ev->tail: head of the last pass */
+  if (avail > st->size) avail = st->size;
+  if (avail) ring_copy(st->snap, st->base, st->size, head, (size_t)avail);
+  ioctl(ev->fd, PE_IOC_PAUSE_OUTPUT, 0ul);
+  while (pos + 8 <= avail) {
+    struct pe_event_header h;
+    memcpy(&h, st->snap + pos, sizeof h);
+    /* zero or invalid size: the end of what was written; a record that runs
+     * past the window was partly overwritten by newer ones */
+    if (h.size < 8 || (h.size & 7) || h.size > avail - pos) break;
+    st->offs[n++] = (uint32_t)pos;
+    pos += h.size;
+  }
+  ev->tail = head;
+  st->nrec = n;
+  st->irec = n;                          /* hand out oldest first */
+}
+
+/*
+ * The next record of ev's ring: sets *rec to a contiguous copy or to the
+ * record in place and returns its size; returns 0 at the end of the pass
+ * (data_tail published), -1 on a corrupt ring (st->msg says why; the pass
+ * is abandoned and the tail resynchronised to head) and -2 when the event
+ * is closed or has no ring state.  Exported for the LuaJIT FFI fast path.
+ */
+int pe_ring_next(pe_event *ev, const unsigned char **rec)
+{
+  ring_state *st = (ring_state *)ev->scratch;
+  struct pe_event_header h;
+  uint64_t avail;
+  size_t off;
+  if (ev->fd < 0 || !ev->page || !st) return -2;
+  if (st->backward) {
+    const unsigned char *p;
+    if (!st->pass) { backward_snapshot(ev, st); st->pass = 1; }
+    if (st->irec == 0) { st->pass = 0; st->cur = NULL; return 0; }
+    p = st->snap + st->offs[--st->irec];
+    memcpy(&h, p, sizeof h);
+    count_lost(ev, p, h.size);
+    st->cur = *rec = p;
+    st->cur_len = h.size;
+    return (int)h.size;
+  }
+  if (!st->pass) {
+    st->head = __atomic_load_n(&ev->page->data_head, __ATOMIC_ACQUIRE);
+    st->pass = 1;
+  }
+  avail = st->head - ev->tail;
+  if (avail == 0 || (int64_t)avail < 0) {
+    publish_tail(ev);
+    st->pass = 0;
+    st->cur = NULL;
+    return 0;
+  }
+  off = (size_t)(ev->tail & (st->size - 1));
+  if (avail > st->size || avail < 8) {
+    snprintf(st->msg, sizeof st->msg, "ring out of sync: %llu bytes between tail and "
+             "head in a %llu-byte ring", (unsigned long long)avail,
+             (unsigned long long)st->size);
+    goto corrupt;
+  }
+  memcpy(&h, st->base + off, sizeof h);  /* 8-aligned: never straddles */
+  if (h.size < 8 || (h.size & 7) || h.size > avail) {
+    snprintf(st->msg, sizeof st->msg, "corrupt record at ring offset %llu: size %u "
+             "(type %u; %llu bytes readable)", (unsigned long long)ev->tail,
+             (unsigned)h.size, (unsigned)h.type, (unsigned long long)avail);
+    goto corrupt;
+  }
+  if (off + h.size <= st->size) {
+    *rec = st->base + off;
+  } else {                               /* straddles the end (D14) */
+    ring_copy(st->buf, st->base, st->size, ev->tail, h.size);
+    *rec = st->buf;
+  }
+  ev->tail += h.size;
+  count_lost(ev, *rec, h.size);
+  st->cur = *rec;
+  st->cur_len = h.size;
+  return (int)h.size;
+corrupt:
+  ev->tail = st->head;
+  publish_tail(ev);
+  st->pass = 0;
+  st->cur = NULL;
+  return -1;
+}
+
+/* ---- Lua methods --------------------------------------------------------- */
+static ring_state *check_ring(lua_State *L, int idx, pe_event **evp)
+{
+  pe_event *ev = pe_check_event(L, idx);
+  ring_state *st = get_state(L, ev);
+  if (!st) luaL_error(L, "records(%s): %s", ev_label(L, idx), lua_tostring(L, -1));
+  if (evp) *evp = ev;
+  return st;
+}
+
+static int records_iter(lua_State *L)
+{
+  pe_event *ev = pe_to_event(L, 1);
+  ring_state *st = (ring_state *)ev->scratch;
+  const unsigned char *p;
+  int n;
+  if (ev->fd < 0) return luaL_error(L, "records: the event was closed during iteration");
+  n = pe_ring_next(ev, &p);
+  if (n == 0) return 0;
+  if (n < 0) return luaL_error(L, "records(%s): %s", ev_label(L, 1),
+                               n == -1 ? st->msg : "no ring");
+  if (!pe_decode_record(L, p, (size_t)n, &st->cfg))
+    return luaL_error(L, "records(%s): %s", ev_label(L, 1), lua_tostring(L, -1));
+  return 1;
+}
+
+/* ev:records() -> iterator over the records in the ring now (non-blocking) */
+static int l_records(lua_State *L)
+{
+  check_ring(L, 1, NULL);
+  lua_pushcfunction(L, records_iter);
+  lua_pushvalue(L, 1);
+  return 2;
+}
+
+/* ev:_ring_ptr() -> lightuserdata of the event (LuaJIT fast path; the
+ * caller keeps the event referenced while it uses the pointer) */
+static int l_ring_ptr(lua_State *L)
+{
+  pe_event *ev;
+  check_ring(L, 1, &ev);
+  lua_pushlightuserdata(L, ev);
+  return 1;
+}
+
+/* ev:_decode_current() -> the record pe_ring_next last returned, decoded */
+static int l_decode_current(lua_State *L)
+{
+  pe_event *ev = pe_check_event(L, 1);
+  ring_state *st = (ring_state *)ev->scratch;
+  if (!st || !st->cur) return luaL_error(L, "records: no current record");
+  if (!pe_decode_record(L, st->cur, st->cur_len, &st->cfg))
+    return luaL_error(L, "records(%s): %s", ev_label(L, 1), lua_tostring(L, -1));
+  return 1;
+}
+
+/* ev:_ring_error() -> why pe_ring_next returned -1 */
+static int l_ring_error(lua_State *L)
+{
+  pe_event *ev = pe_to_event(L, 1);
+  ring_state *st = (ring_state *)ev->scratch;
+  lua_pushstring(L, st ? st->msg : "no ring");
+  return 1;
+}
+
+static int unread(pe_event *ev, ring_state *st)
+{
+  uint64_t head;
+  if (!ev->page || ev->data_pages == 0) return 0;
+  if (st && st->backward) {
+    head = __atomic_load_n(&ev->page->data_head, __ATOMIC_ACQUIRE);
+    return head != ev->tail || (st->pass && st->irec > 0);
+  }
+  if (st && st->pass && st->head != ev->tail) return 1;
+  head = __atomic_load_n(&ev->page->data_head, __ATOMIC_ACQUIRE);
+  return head != ev->tail;
+}
+
+static double now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/*
+ * ev:poll([timeout_ms]) -> true (records to read) | false (timeout) |
+ * nil, "hup" (the event is gone: the task exited) | nil, msg, errno
+ */
+static int l_poll(lua_State *L)
+{
+  pe_event *ev = pe_check_event(L, 1);
+  ring_state *st = (ring_state *)ev->scratch;
+  int timeout = -1;
+  double deadline = 0;
+  struct pollfd p;
+  if (!lua_isnoneornil(L, 2)) {
+    lua_Number t = luaL_checknumber(L, 2);
+    if (t < 0) timeout = -1;
+    else timeout = t > 2147483647.0 ? 2147483647 : (int)t;
+  }
+  if (unread(ev, st)) { lua_pushboolean(L, 1); return 1; }
+  if (timeout > 0) deadline = now_ms() + timeout;
+  for (;;) {
+    int rc;
+    p.fd = ev->fd;
+    p.events = POLLIN;
+    p.revents = 0;
+    rc = poll(&p, 1, timeout);
+    if (rc < 0) {
+      if (errno == EINTR) {
+        if (timeout > 0) {
+          double left = deadline - now_ms();
+          timeout = left > 0 ? (int)left : 0;
+        }
+        continue;
+      }
+      return pe_push_syserror(L, "poll", ev_label(L, 1), errno, NULL);
+    }
+    if (rc == 0) { lua_pushboolean(L, 0); return 1; }
+    if (p.revents & POLLIN) { lua_pushboolean(L, 1); return 1; }
+    if (unread(ev, st)) { lua_pushboolean(L, 1); return 1; }
+    lua_pushnil(L);
+    lua_pushliteral(L, "hup");
+    return 2;
+  }
+}
+
+/* ev:lost() -> total lost, from LOST records, from LOST_SAMPLES records */
+static int l_lost(lua_State *L)
+{
+  pe_event *ev = pe_to_event(L, 1);
+  pe_push_u64(L, ev->lost + ev->lost_samples);
+  pe_push_u64(L, ev->lost);
+  pe_push_u64(L, ev->lost_samples);
+  return 3;
+}
+
+/* ev:ring() -> the control fields of the user page and the consumer state */
+static int l_ring(lua_State *L)
+{
+  pe_event *ev = pe_check_event(L, 1);
+  struct pe_mmap_page *pg = ev->page;
+  ring_state *st;
+  if (!pg) { lua_pushnil(L); lua_pushliteral(L, "not mapped"); return 2; }
+  st = ev->data_pages ? get_state(L, ev) : NULL;
+  if (ev->data_pages && !st) { lua_pushnil(L); lua_insert(L, -2); return 2; }
+  lua_createtable(L, 0, 14);
+  pe_push_u64(L, __atomic_load_n(&pg->data_head, __ATOMIC_ACQUIRE)); lua_setfield(L, -2, "data_head");
+  pe_push_u64(L, __atomic_load_n(&pg->data_tail, __ATOMIC_RELAXED)); lua_setfield(L, -2, "data_tail");
+  pe_push_u64(L, pg->data_offset); lua_setfield(L, -2, "data_offset");
+  pe_push_u64(L, st ? st->size : pg->data_size); lua_setfield(L, -2, "data_size");
+  pe_push_u64(L, __atomic_load_n(&pg->aux_head, __ATOMIC_ACQUIRE)); lua_setfield(L, -2, "aux_head");
+  pe_push_u64(L, __atomic_load_n(&pg->aux_tail, __ATOMIC_RELAXED)); lua_setfield(L, -2, "aux_tail");
+  pe_push_u64(L, pg->aux_offset); lua_setfield(L, -2, "aux_offset");
+  pe_push_u64(L, pg->aux_size); lua_setfield(L, -2, "aux_size");
+  pe_push_u64(L, ev->tail); lua_setfield(L, -2, "tail");
+  lua_pushinteger(L, (lua_Integer)ev->data_pages); lua_setfield(L, -2, "pages");
+  lua_pushboolean(L, st && st->backward); lua_setfield(L, -2, "backward");
+  lua_pushlightuserdata(L, pg); lua_setfield(L, -2, "base");
+  return 1;
+}
+
+/* ev:map_aux(pages) -> true | nil, msg, errno: maps the AUX area (D17) */
+static int l_map_aux(lua_State *L)
+{
+  pe_event *ev;
+  ring_state *st = check_ring(L, 1, &ev);
+  lua_Integer pages = luaL_checkinteger(L, 2);
+  size_t len;
+  uint64_t off;
+  void *p;
+  if (pages <= 0 || (pages & (pages - 1)) || pages > (1 << 20))
+    return luaL_argerror(L, 2, "a power of two of pages");
+  if (st->aux) return luaL_error(L, "map_aux: the AUX area is already mapped");
+  len = (size_t)pages * (size_t)page_size();
+  off = (uint64_t)ev->map_len;           /* right after the data area */
+  ev->page->aux_offset = off;
+  ev->page->aux_size = len;
+  p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, ev->fd, (off_t)off);
+  if (p == MAP_FAILED) {
+    int err = errno;
+    return pe_push_syserror(L, "mmap(aux)", ev_label(L, 1), err,
+                            err == EOPNOTSUPP ? "this PMU has no AUX area (intel_pt, "
+                            "cs_etm, arm_spe ... provide one)" : NULL);
+  }
+  st->aux = p;
+  st->aux_len = len;
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* ev:aux() -> the AUX bytes between aux_tail and aux_head (publishes
+ * aux_tail), or nil, msg when there is no AUX area */
+static int l_aux(lua_State *L)
+{
+  pe_event *ev;
+  ring_state *st = check_ring(L, 1, &ev);
+  uint64_t head, tail, n, size = st->aux_len;
+  luaL_Buffer b;
+  if (!st->aux) { lua_pushnil(L); lua_pushliteral(L, "no AUX area: call map_aux first"); return 2; }
+  head = __atomic_load_n(&ev->page->aux_head, __ATOMIC_ACQUIRE);
+  tail = __atomic_load_n(&ev->page->aux_tail, __ATOMIC_RELAXED);
+  n = head - tail;
+  if (n > size) {       /* overwrite mode or a corrupt head: the newest size bytes */
+    tail = head - size;
+    n = size;
+  }
+  luaL_buffinit(L, &b);
+  if (n) {                               /* the two parts of a wrapped range */
+    size_t off = (size_t)(tail & (size - 1)), first = (size_t)size - off;
+    if (first > n) first = (size_t)n;
+    luaL_addlstring(&b, (const char *)st->aux + off, first);
+    luaL_addlstring(&b, (const char *)st->aux, (size_t)n - first);
+  }
+  luaL_pushresult(&b);
+  __atomic_store_n(&ev->page->aux_tail, head, __ATOMIC_RELEASE);
+  return 1;
+}
+
+static const luaL_Reg ring_methods[] = {
+  {"records", l_records}, {"poll", l_poll}, {"lost", l_lost}, {"ring", l_ring},
+  {"map_aux", l_map_aux}, {"aux", l_aux}, {"_ring_ptr", l_ring_ptr},
+  {"_decode_current", l_decode_current}, {"_ring_error", l_ring_error},
+  {NULL, NULL}
+};
 
 void pe_ring_methods(lua_State *L)
 {
-  (void)L;   /* sampling methods are registered here (issue 4) */
+  pe_setfuncs(L, ring_methods);
+}
+
+/* ---- simulated rings ----------------------------------------------------- */
+static uint64_t opt_u64(lua_State *L, int t, const char *k, uint64_t dflt)
+{
+  uint64_t v = dflt;
+  lua_getfield(L, t, k);
+  if (!lua_isnil(L, -1)) v = pe_check_u64(L, lua_gettop(L));
+  lua_pop(L, 1);
+  return v;
+}
+
+/*
+ * core.sim_ring{data=bytes, head=, tail=, sample_type=, read_format=,
+ *   sample_id_all=, branch_sample_type=, sample_regs_user=,
+ *   sample_regs_intr=, write_backward=, aux=bytes, aux_head=, aux_tail=}
+ *   -> a perf_event.event whose ring holds `data` (its length a power of
+ *   two, at least 8) with the given head/tail; `aux` likewise.  The same
+ *   records()/aux() code runs on it as on a kernel ring.
+ */
+static int l_sim_ring(lua_State *L)
+{
+  size_t dlen, alen = 0;
+  const char *data, *aux = NULL;
+  size_t ps = (size_t)page_size(), pages, maplen;
+  pe_event *ev;
+  void *p;
+  ring_state *st;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  lua_getfield(L, 1, "data");
+  data = luaL_checklstring(L, -1, &dlen);
+  lua_getfield(L, 1, "aux");
+  if (!lua_isnil(L, -1)) aux = luaL_checklstring(L, -1, &alen);
+  if (dlen < 8 || (dlen & (dlen - 1))) return luaL_argerror(L, 1, "data: length must be a power of two >= 8");
+  if (aux && (alen < 8 || (alen & (alen - 1)))) return luaL_argerror(L, 1, "aux: length must be a power of two >= 8");
+  pages = (dlen + ps - 1) / ps;
+  maplen = ps * (1 + pages);
+  ev = (pe_event *)pe_newuserdata(L, sizeof *ev);     /* 4 */
+  memset(ev, 0, sizeof *ev);
+  ev->fd = -1;
+  ev->flags = PE_EV_CLOSED;
+  luaL_getmetatable(L, PE_EVENT_MT);
+  lua_setmetatable(L, -2);
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "sim_ring");
+  lua_setfield(L, -2, "name");
+  pe_setuservalue(L, 4);
+  lua_getfield(L, 1, "sample_type");
+  if (!lua_isnil(L, -1)) pe_flags_from_value(L, -1, "sample_type", &ev->attr.sample_type);
+  lua_getfield(L, 1, "read_format");
+  if (!lua_isnil(L, -1)) pe_flags_from_value(L, -1, "read_format", &ev->attr.read_format);
+  lua_getfield(L, 1, "branch_sample_type");
+  if (!lua_isnil(L, -1)) pe_flags_from_value(L, -1, "branch_sample_type", &ev->attr.branch_sample_type);
+  lua_getfield(L, 1, "sample_id_all");
+  if (lua_toboolean(L, -1)) ev->attr.flags |= PE_FLAG_BIT(sample_id_all);
+  lua_getfield(L, 1, "write_backward");
+  if (lua_toboolean(L, -1)) ev->attr.flags |= PE_FLAG_BIT(write_backward);
+  lua_settop(L, 4);
+  ev->attr.sample_regs_user = opt_u64(L, 1, "sample_regs_user", 0);
+  ev->attr.sample_regs_intr = opt_u64(L, 1, "sample_regs_intr", 0);
+  ev->sample_type = ev->attr.sample_type;
+  ev->read_format = ev->attr.read_format;
+
+  p = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return pe_push_syserror(L, "mmap", "sim_ring", errno, NULL);
+  ev->page = (struct pe_mmap_page *)p;
+  ev->map_len = maplen;
+  ev->data_pages = pages;
+  ev->page->data_offset = ps;
+  ev->page->data_size = dlen;
+  memcpy((char *)p + ps, data, dlen);
+  /* an fd that poll() and close() accept: the event is "open" */
+  ev->fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (ev->fd < 0) { int err = errno; pe_event_close(ev); return pe_push_syserror(L, "open", "/dev/null", err, NULL); }
+  ev->flags = 0;
+  ev->page->data_head = opt_u64(L, 1, "head", dlen);
+  ev->page->data_tail = opt_u64(L, 1, "tail", 0);
+  ev->tail = ev->page->data_tail;
+  if (ev->attr.flags & PE_FLAG_BIT(write_backward)) ev->tail = opt_u64(L, 1, "last", 0);
+  st = get_state(L, ev);
+  if (!st) return lua_error(L);
+  st->sim = 1;
+  if (aux) {
+    void *a = mmap(NULL, alen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (a == MAP_FAILED) return pe_push_syserror(L, "mmap", "sim_ring aux", errno, NULL);
+    memcpy(a, aux, alen);
+    st->aux = a;
+    st->aux_len = alen;
+    ev->page->aux_size = alen;
+    ev->page->aux_head = opt_u64(L, 1, "aux_head", alen);
+    ev->page->aux_tail = opt_u64(L, 1, "aux_tail", 0);
+  }
+  lua_settop(L, 4);
+  return 1;
+}
+
+/* core.sim_ring_write(ev, pos, bytes): writes into a simulated ring's data
+ * area at ring position pos (wrapping) and returns the new head when
+ * `head` (3rd arg) is given.  Lets tests append records across the end. */
+static int l_sim_ring_write(lua_State *L)
+{
+  pe_event *ev = pe_check_event(L, 1);
+  ring_state *st = (ring_state *)ev->scratch;
+  uint64_t pos = pe_check_u64(L, 2);
+  size_t len, i;
+  const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 3, &len);
+  if (!st || !st->sim) return luaL_argerror(L, 1, "not a simulated ring");
+  if (len > st->size) return luaL_argerror(L, 3, "longer than the ring");
+  for (i = 0; i < len; i++) st->base[(pos + i) & (st->size - 1)] = s[i];
+  if (!lua_isnoneornil(L, 4))
+    __atomic_store_n(&ev->page->data_head, pe_check_u64(L, 4), __ATOMIC_RELEASE);
+  return 0;
+}
+
+void pe_ring_funcs(lua_State *L)
+{
+  static const luaL_Reg funcs[] = {
+    {"decode_record", pe_l_decode_record}, {"sim_ring", l_sim_ring},
+    {"sim_ring_write", l_sim_ring_write}, {NULL, NULL}
+  };
+  union { int (*f)(pe_event *, const unsigned char **); void *p; } u;
+  pe_setfuncs(L, funcs);
+  /* the C entry the LuaJIT FFI fast path calls (records.lua) */
+  u.f = pe_ring_next;
+  lua_pushlightuserdata(L, u.p);
+  lua_setfield(L, -2, "ring_next_ptr");
 }

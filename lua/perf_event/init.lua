@@ -233,4 +233,7 @@ do
   end
 end
 
+-- event:records() with tracepoint fields and the LuaJIT fast path
+M.records = require("perf_event.records")
+
 return M
