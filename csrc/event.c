@@ -140,13 +140,14 @@ static const char *const known_opts[] = {
  * core.open(attr, opts) -> event | nil, msg, errno
  *   attr: table of attr fields (attr.c); opts: pid, cpu, group (event or
  *   fd), cgroup (path or fd), cloexec, flags (raw PERF_FLAG_* bits),
- *   name, pages (ring data pages; 0 = user page only; nil = default),
+ *   name, pages (ring data pages; 0 = user page only; nil = default;
+ *   false = map nothing),
  *   auto_exclude (retry with exclude_kernel/hv on EACCES).
  */
 static int l_open(lua_State *L)
 {
   struct pe_attr a;
-  int pid, cpu, group_fd = -1, cg_fd = -1, own_cg = 0, fd, err, pages, retried = 0;
+  int pid, cpu, group_fd = -1, cg_fd = -1, own_cg = 0, fd, err, pages, retried = 0, nomap;
   unsigned long flags = 0;
   const char *name;
   char hint[512];
@@ -177,7 +178,10 @@ static int l_open(lua_State *L)
     if (raw < 0) luaL_error(L, "option 'flags': must be >= 0");
     flags |= (unsigned long)raw;
   }
-  pages = opt_int(L, 2, "pages", -1);
+  lua_getfield(L, 2, "pages");
+  nomap = lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1);   /* pages=false */
+  lua_pop(L, 1);
+  pages = nomap ? -1 : opt_int(L, 2, "pages", -1);
   if (pages > 0 && (pages & (pages - 1)))
     luaL_error(L, "option 'pages': %d is not a power of two", pages);
   if (pages < -1) luaL_error(L, "option 'pages': must be >= 0");
@@ -269,7 +273,7 @@ again:
   }
 
   /* ring buffer for sampling events, user page for self-monitoring */
-  if (pages < 0) {
+  if (pages < 0 && !nomap) {
     if (a.sample_period && !(flags & PE_FLAG_FD_OUTPUT)) pages = 8;
   }
   if (pages >= 0) {
@@ -288,7 +292,7 @@ again:
       pe_event_close(ev);
       return pe_push_syserror(L, "mmap", name, err, mh);
     }
-  } else if ((ev->flags & PE_EV_SELFMON) && !a.sample_period) {
+  } else if ((ev->flags & PE_EV_SELFMON) && !a.sample_period && !nomap) {
     /* one user page for the self-monitoring read path; failure is not an
      * error (the read falls back to read(2)) */
     if (map_event(ev, 0) != 0) ev->page = NULL;

@@ -7,6 +7,7 @@
  * petest.xfunc(n) / petest.xfunc_addr() (a function in this module),
  * petest.maps_offset(addr) -> path, file offset of addr from /proc/self/maps.
  */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -129,7 +130,48 @@ static int t_maps_offset(lua_State *L)
   return 0;
 }
 
+/* petest.bpf_load(prog_type) -> fd | nil, errno: loads "r0 = 0; exit"
+ * (type 5 = TRACEPOINT, 20 = PERF_EVENT) through raw bpf(2) */
+static int t_bpf_load(lua_State *L)
+{
+  struct { uint8_t code, regs; int16_t off; int32_t imm; } insns[2] = {
+    {0xb7, 0, 0, 0},   /* BPF_ALU64 | BPF_MOV | BPF_K: r0 = 0 */
+    {0x95, 0, 0, 0},   /* BPF_JMP | BPF_EXIT */
+  };
+  union {
+    struct {
+      uint32_t prog_type, insn_cnt;
+      uint64_t insns, license;
+      uint32_t log_level, log_size;
+      uint64_t log_buf;
+      uint32_t kern_version, prog_flags;
+    } load;
+    unsigned char pad[128];
+  } attr;
+  int fd;
+  memset(&attr, 0, sizeof attr);
+  attr.load.prog_type = (uint32_t)luaL_checknumber(L, 1);
+  attr.load.insn_cnt = 2;
+  attr.load.insns = (uint64_t)(uintptr_t)insns;
+  attr.load.license = (uint64_t)(uintptr_t)"GPL";
+  fd = (int)syscall(SYS_bpf, 5 /* BPF_PROG_LOAD */, &attr, sizeof attr);
+  if (fd < 0) {
+    lua_pushnil(L);
+    lua_pushnumber(L, errno);
+    return 2;
+  }
+  lua_pushnumber(L, fd);
+  return 1;
+}
+
+static int t_closefd(lua_State *L)
+{
+  close((int)luaL_checknumber(L, 1));
+  return 0;
+}
+
 static const luaL_Reg fns[] = {
+  {"bpf_load", t_bpf_load}, {"closefd", t_closefd},
   {"getppid", t_getppid}, {"close", t_close}, {"write_cell", t_write_cell},
   {"read_cell", t_read_cell}, {"cell_addr", t_cell_addr}, {"xfunc", t_xfunc},
   {"xfunc_addr", t_xfunc_addr}, {"call", t_call}, {"work_addr", t_work_addr},

@@ -1,0 +1,209 @@
+-- Errors: the nil, message, errno triple for every errno of CHECKLIST I the
+-- kernel gives here, messages that name the errno and what to do, and
+-- raised errors for caller mistakes.
+local pe = require("perf_event")
+local core = require("perf_event.core")
+local U = require("support.util")
+
+local function expect_errno(errno, name, ev, msg, got)
+  assert.is_nil(ev)
+  assert.equal(errno, got)
+  assert.is_string(msg)
+  assert.matches(name, msg, 1, true)
+end
+
+describe("system-call errors", function()
+  it("ENOENT for a hardware event on a machine without a hardware PMU", function()
+    local ev, msg, errno = pe.open({ type = "hardware", config = 0, name = "cycles" })
+    if ev then ev:close() pending("this machine has a hardware PMU") return end
+    expect_errno(2, "ENOENT", ev, msg, errno)
+    assert.matches("perf_event_open(cycles)", msg, 1, true)
+    assert.matches("no hardware PMU", msg, 1, true)
+  end)
+
+  it("EINVAL for pid=-1, cpu=-1, naming the cause", function()
+    local ev, msg, errno = pe.open({ type = "software", config = 1, name = "t" }, { pid = -1, cpu = -1 })
+    expect_errno(22, "EINVAL", ev, msg, errno)
+    assert.matches("pid=-1", msg, 1, true)
+  end)
+
+  it("EINVAL for a cpu that does not exist", function()
+    local ev, msg, errno = pe.open({ type = "software", config = 1, name = "t" }, { cpu = 4096 })
+    expect_errno(22, "EINVAL", ev, msg, errno)
+    assert.matches("cpu 4096", msg, 1, true)
+  end)
+
+  it("EINVAL for an unknown tracepoint id, naming the tracepoint", function()
+    local ev, msg, errno = pe.open({ type = "tracepoint", config = 999999, name = "tp" })
+    expect_errno(22, "EINVAL", ev, msg, errno)
+    assert.matches("tracepoint id 999999", msg, 1, true)
+  end)
+
+  it("EBADF for a group fd that is not open", function()
+    local ev, msg, errno = pe.open({ type = "software", config = 1, name = "t" }, { group = 9999 })
+    expect_errno(9, "EBADF", ev, msg, errno)
+    assert.matches("group_fd", msg, 1, true)
+  end)
+
+  it("ESRCH for a pid that does not exist", function()
+    local ev, msg, errno = pe.open({ type = "software", config = 1, name = "t" }, { pid = 999999 })
+    expect_errno(3, "ESRCH", ev, msg, errno)
+    assert.matches("999999", msg, 1, true)
+  end)
+
+  it("E2BIG names the attr size the kernel wants, and that size works", function()
+    local ev, msg, errno = pe.open({ type = "software", config = 1, size = 63, name = "t" })
+    expect_errno(7, "E2BIG", ev, msg, errno)
+    local want = tonumber(msg:match("attr size (%d+)"))
+    assert.is_true(want >= 64)
+    ev = assert(pe.open({ type = "software", config = 1, size = want, name = "t" }))
+    ev:close()
+  end)
+
+  it("EOPNOTSUPP for a branch stack on a software event", function()
+    local ev, msg, errno = pe.open({ type = "software", config = 0, sample_period = 10000,
+                                     sample_type = "ip|branch_stack", branch_sample_type = "any",
+                                     name = "cpu-clock" })
+    expect_errno(95, "EOPNOTSUPP", ev, msg, errno)
+    assert.matches("branch", msg, 1, true)
+  end)
+
+  it("EOVERFLOW for sample_max_stack above perf_event_max_stack", function()
+    local ev, msg, errno = pe.open({ type = "software", config = 0, sample_period = 10000,
+                                     sample_type = "ip|callchain", sample_max_stack = 60000,
+                                     name = "cpu-clock" })
+    expect_errno(75, "EOVERFLOW", ev, msg, errno)
+    assert.matches("perf_event_max_stack", msg, 1, true)
+  end)
+
+  it("EINVAL for sigtrap without remove_on_exec, naming both", function()
+    local ev, msg, errno = pe.open({ type = "software", config = 1, sigtrap = true, name = "t" })
+    expect_errno(22, "EINVAL", ev, msg, errno)
+    assert.matches("remove_on_exec", msg, 1, true)
+  end)
+
+  local function run_lua(prefix, code)
+    local lua = U.lua_cmd()
+    local cpath = package.cpath:gsub("'", "")
+    local path = package.path:gsub("'", "")
+    local cmd = ("%s %s -e 'package.path=[[%s]] package.cpath=[[%s]] %s' 2>&1")
+      :format(prefix, lua, path, cpath, code)
+    local p = io.popen(cmd)
+    local out = p:read("*a")
+    p:close()
+    return out
+  end
+
+  it("EMFILE when RLIMIT_NOFILE runs out, with the limit in the hint", function()
+    local out = run_lua("ulimit -n 16;", [[
+      local pe = require("perf_event")
+      local evs = {}
+      for i = 1, 64 do
+        local ev, msg, errno = pe.open({type="software", config=1, name="t"})
+        if not ev then print(errno, msg) break end
+        evs[i] = ev
+      end]])
+    local errno, msg = out:match("^(%d+)%s+(.-)\n")
+    assert.equal("24", errno, out)
+    assert.matches("EMFILE", msg, 1, true)
+    assert.matches("RLIMIT_NOFILE=16", msg, 1, true)
+  end)
+
+  describe("as an unprivileged user (uid 65534)", function()
+    local function unpriv(code)
+      if not U.is_root() then return nil end
+      return run_lua("setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all", code)
+    end
+
+    it("EACCES for kernel-mode measurement, naming perf_event_paranoid", function()
+      if not U.root_or_pending() then return end
+      local paranoid = tonumber(io.open("/proc/sys/kernel/perf_event_paranoid"):read("*l"))
+      if paranoid < 2 then pending("perf_event_paranoid < 2 here") return end
+      local out = unpriv([[
+        local core = require("perf_event.core")
+        local ev, msg, errno = core.open({type="software", config=1}, {name="task-clock"})
+        print(errno, msg)]])
+      local errno, msg = out:match("^(%d+)%s+(.-)\n")
+      assert.equal("13", errno, out)
+      assert.matches("EACCES", msg, 1, true)
+      assert.matches("perf_event_paranoid=" .. paranoid, msg, 1, true)
+      assert.matches("exclude_kernel", msg, 1, true)
+    end)
+
+    it("pe.open falls back to user-space only, like perf, and says so in info()", function()
+      if not U.root_or_pending() then return end
+      local out = unpriv([[
+        local pe = require("perf_event")
+        local ev = assert(pe.open({type="software", config=1, name="task-clock"}))
+        local i = ev:info()
+        local a = ev:attr()
+        print(i.auto_exclude_kernel, a.exclude_kernel, a.exclude_hv, (ev:read()) > 0, i.note ~= nil)]])
+      assert.equal("true\ttrue\ttrue\ttrue\ttrue\n", out)
+    end)
+
+    it("counts its own syscall tracepoint exactly with exclude_kernel (A-up21)", function()
+      if not U.root_or_pending() then return end
+      local id = U.tp_id("syscalls", "sys_enter_getppid")
+      local out = unpriv(([[
+        local pe = require("perf_event")
+        local petest = require("petest")
+        local ev = assert(pe.open({type="tracepoint", config=%d, name="getppid"}))
+        petest.getppid(9)
+        print((ev:read()), ev:info().auto_exclude_kernel)]]):format(id))
+      assert.equal("9\ttrue\n", out)
+    end)
+
+    it("EACCES for a CPU-wide event, naming CAP_PERFMON", function()
+      if not U.root_or_pending() then return end
+      local out = unpriv([[
+        local pe = require("perf_event")
+        local ev, msg, errno = pe.open({type="software", config=1, name="t"}, {pid=-1, cpu=0})
+        print(errno, msg)]])
+      local errno, msg = out:match("^(%d+)%s+(.-)\n")
+      assert.equal("13", errno, out)
+      assert.matches("CAP_PERFMON", msg, 1, true)
+    end)
+  end)
+end)
+
+local function raises(fn, text)
+  local ok, err = pcall(fn)
+  assert.is_false(ok)
+  assert.matches(text, tostring(err), 1, true)
+end
+
+describe("caller mistakes raise", function()
+  it("on an unknown attr field", function()
+    raises(function() pe.open({ type = "software", config = 1, bogus = 1 }) end,
+      "unknown attr field 'bogus'")
+  end)
+  it("on an unknown option", function()
+    raises(function() pe.open({ type = "software", config = 1 }, { cpus = 1 }) end,
+      "unknown option 'cpus'")
+  end)
+  it("on a spec that is neither a string nor a table", function()
+    assert.has_error(function() pe.open(42) end)
+  end)
+  it("on an out-of-range u32 field", function()
+    assert.has_error(function() core.open({ type = "software", config = 1, wakeup_events = 2 ^ 33 }) end)
+  end)
+  it("on a fractional or NaN config", function()
+    assert.has_error(function() core.open({ type = "software", config = 1.5 }) end)
+    assert.has_error(function() core.open({ type = "software", config = 0 / 0 }) end)
+  end)
+  it("on an unknown type or PMU name", function()
+    local ok, err = pcall(core.open, { type = "nosuchpmu", config = 0 })
+    assert.is_false(ok)
+    assert.matches("nosuchpmu", err, 1, true)
+  end)
+  it("on pages that are not a power of two", function()
+    assert.has_error(function() pe.open({ type = "software", config = 1 }, { pages = 3 }) end)
+  end)
+end)
+
+describe("strerror", function()
+  it("names errnos", function()
+    local name = core.strerror(13)
+    assert.equal("EACCES", name)
+  end)
+end)
