@@ -1,0 +1,519 @@
+--- perf_event.cli: the `luaperf` command line tool (stat, list, record).
+-- `main(argv)` returns the process exit status; bin/luaperf calls it.
+-- Reports go to stderr as perf's do; `record` writes folded stacks
+-- (`comm;caller;callee N`, the flame-graph input) to a file or stdout.
+-- @module perf_event.cli
+
+local io, os, string, table, math = io, os, string, table, math
+local ipairs, pairs, tonumber, tostring, type, pcall, error = ipairs, pairs, tonumber, tostring, type, pcall, error
+local setmetatable, getmetatable = setmetatable, getmetatable
+local format, concat = string.format, table.concat
+
+local M = {}
+
+local function pe() return require("perf_event") end
+local function core() return require("perf_event.core") end
+
+local USAGE = {
+  main = [[
+usage: luaperf COMMAND [OPTIONS] [-- CMD ARGS...]
+
+  stat     count events while CMD runs (or for a running process / every CPU)
+  list     list the event names this machine offers
+  record   sample CMD and write folded stacks (flame-graph input)
+
+Run 'luaperf COMMAND --help' for the options of a command.
+]],
+  stat = [[
+usage: luaperf stat [-e EVENTS] [-p PID | -a] [-I MS] [-x SEP] [-o FILE] [-- CMD ARGS...]
+
+  -e, --event EVENTS      comma-separated events, perf syntax (repeatable);
+                          default: task-clock,context-switches,cpu-migrations,page-faults
+  -p, --pid PID           count an existing process (all its threads)
+  -a, --all-cpus          count every CPU (system wide; needs CAP_PERFMON or paranoid <= 0)
+  -I, --interval-print MS print the counts of every MS milliseconds
+  -x, --field-separator SEP  CSV-like output: value,unit,event,run,percent,metric,unit
+  -o, --output FILE       write the report to FILE instead of stderr
+
+With CMD, the counters follow CMD and its children from exec on
+(enable_on_exec, inherit) and luaperf exits with CMD's status.  With -p or -a
+and no CMD, counting lasts until the process exits or Ctrl-C; with a CMD it
+lasts as long as CMD runs (e.g. '-- sleep 1').
+]],
+  list = [[
+usage: luaperf list [PATTERN]
+
+Lists the events 'luaperf stat -e' and 'luaperf record -e' accept: generic
+hardware and software names, cache events, PMU events (pmu/alias/) and
+tracepoints (sys:name; tracefs must be readable, usually root).  PATTERN is a
+substring or a glob ('sched:*', '*faults').
+]],
+  record = [[
+usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g] [-p PID] [-o FILE] [-- CMD ARGS...]
+
+  -e, --event EVENT   what triggers a sample (default: cpu-clock)
+  -F, --freq HZ       samples per second (default 999)
+  -c, --count PERIOD  one sample every PERIOD events instead of -F
+  -g, --call-graph    record call chains (frame pointers); without -g only the
+                      sampled function is written
+  -p, --pid PID       sample an existing process until it exits or Ctrl-C
+                      (or as long as CMD runs)
+  -o, --output FILE   folded stacks go to FILE (default perf.folded; '-' = stdout)
+
+Writes one line per distinct stack, root first: 'comm;main;caller;callee N'.
+User addresses are named from the ELF symbol tables (.symtab/.dynsym) of the
+mapped files, kernel ones from /proc/kallsyms; others print as 'lib.so+0xoff'
+or [unknown].
+]],
+}
+
+local DEFAULT_EVENTS = {
+  { type = "software", config = 1, name = "task-clock" },
+  { type = "software", config = 3, name = "context-switches" },
+  { type = "software", config = 4, name = "cpu-migrations" },
+  { type = "software", config = 2, name = "page-faults" },
+}
+
+-- ------------------------------------------------------------- arguments
+
+local Usage = {}   -- error marker for usage mistakes
+
+local function usage_error(cmd, msg)
+  error(setmetatable({ msg = msg, cmd = cmd }, Usage), 0)
+end
+
+-- opts: { short = long, ... }, takes: { long = true } for options with a value
+local function parse_args(cmd, argv, spec)
+  local o = { events = {} }
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    if a == "--" then i = i + 1 break end
+    if a:sub(1, 1) ~= "-" or a == "-" then break end
+    local name, val
+    if a:sub(1, 2) == "--" then
+      name, val = a:match("^%-%-([^=]+)=(.*)$")
+      if not name then name = a:sub(3) end
+    else
+      name = spec.short[a:sub(2, 2)]
+      if not name then usage_error(cmd, "unknown option " .. a) end
+      if #a > 2 then val = a:sub(3) end
+    end
+    if not spec.takes[name] and not spec.flags[name] then
+      usage_error(cmd, "unknown option " .. a)
+    end
+    if spec.takes[name] then
+      if val == nil then
+        i = i + 1
+        val = argv[i]
+        if val == nil then usage_error(cmd, "option " .. a .. " needs a value") end
+      end
+      if name == "event" then o.events[#o.events + 1] = val else o[name] = val end
+    else
+      if val ~= nil then usage_error(cmd, "option --" .. name .. " takes no value") end
+      o[name] = true
+    end
+    i = i + 1
+  end
+  o.cmd = {}
+  for j = i, #argv do o.cmd[#o.cmd + 1] = argv[j] end
+  return o
+end
+
+local function number_opt(cmd, v, what, min)
+  local n = tonumber(v)
+  if not n or n ~= math.floor(n) or n < (min or 1) then
+    usage_error(cmd, format("%s must be an integer >= %d, got '%s'", what, min or 1, tostring(v)))
+  end
+  return n
+end
+
+local function exit_code(status, code)
+  if status == "exited" then return code end
+  if status == "signaled" then return 128 + code end
+  return 1
+end
+
+-- ------------------------------------------------------------- stat
+
+local function open_output(path)
+  if not path or path == "" then return io.stderr end
+  if path == "-" then return io.stdout end
+  local f, err = io.open(path, "w")
+  if not f then error({ msg = err }, 0) end
+  return f
+end
+
+function M.stat(argv)
+  local stat = require("perf_event.stat")
+  local o = parse_args("stat", argv, {
+    short = { e = "event", p = "pid", a = "all-cpus", I = "interval-print", x = "field-separator",
+              o = "output", h = "help" },
+    takes = { event = true, pid = true, ["interval-print"] = true, ["field-separator"] = true, output = true },
+    flags = { ["all-cpus"] = true, help = true },
+  })
+  if o.help then io.stdout:write(USAGE.stat) return 0 end
+  local pid = o.pid and number_opt("stat", o.pid, "-p PID")
+  local interval = o["interval-print"] and number_opt("stat", o["interval-print"], "-I MS", 10)
+  local sep = o["field-separator"]
+  if pid and o["all-cpus"] then usage_error("stat", "-p and -a exclude each other") end
+  if not pid and not o["all-cpus"] and #o.cmd == 0 then
+    usage_error("stat", "nothing to measure: give a command after '--', -p PID or -a")
+  end
+  local events = #o.events > 0 and { concat(o.events, ",") } or DEFAULT_EVENTS
+  local out = open_output(o.output)
+  local c = core()
+  c.catch_signals()
+
+  local set, child, err, errno, label
+  local attach = pid or o["all-cpus"]
+  if attach then
+    set, err, errno = stat.open(events, { pid = pid, threads = pid ~= nil, cpus = o["all-cpus"] or nil,
+                                         disabled = false, inherit = pid ~= nil or nil })
+    label = pid and format("process id '%d'", pid) or "system wide"
+  else
+    child, err, errno = c.spawn(o.cmd, { stopped = true })
+    if child then
+      set, err, errno = stat.open(events, { pid = child:pid(), disabled = true, inherit = true,
+                                           enable_on_exec = true })
+    end
+    label = concat(o.cmd, " ")
+  end
+  if not set then
+    io.stderr:write("luaperf stat: ", tostring(err), "\n")
+    if errno == 13 or errno == 1 then
+      io.stderr:write("luaperf stat: see 'luaperf list' and doc/permissions.md; perf_event_paranoid is ",
+                      tostring(pe().sysctl and (pe().sysctl() or {}).paranoid or "?"), "\n")
+    end
+    return 1
+  end
+  local t0 = c.now()   -- as perf: the clock starts when the command is released
+  if attach and #o.cmd > 0 then
+    child, err = c.spawn(o.cmd)
+    if not child then set:close() io.stderr:write("luaperf stat: ", err, "\n") return 127 end
+  elseif child then
+    local ok
+    ok, err = child:start()
+    if not ok then set:close() io.stderr:write("luaperf stat: ", err, "\n") return 127 end
+  end
+
+  local last, last_t = nil, t0
+  local function print_interval()
+    local now = c.now()
+    local r = set:read({ elapsed = now - last_t })
+    local d = {}
+    for i, e in ipairs(r) do
+      local prev = last and last[i]
+      d[i] = { name = e.name, value = e.value - (prev and prev.value or 0),
+               enabled = e.enabled - (prev and prev.enabled or 0),
+               running = e.running - (prev and prev.running or 0), unit = e.unit, attr = e.attr }
+      d[i].counted = d[i].running > 0 or e.counted
+    end
+    d.elapsed = now - last_t
+    stat.derive(d)
+    if not last then
+      if sep then out:write("") else out:write("#           time             counts unit events\n") end
+    end
+    local prefix = sep and format("%.9f%s", now - t0, sep) or format("%16.9f", now - t0)
+    if sep then out:write(stat.csv(d, sep, prefix))
+    else out:write(concat(stat.lines(d, prefix), "\n"), "\n") end
+    last, last_t = r, now
+  end
+
+  local status, code, ru
+  while true do
+    local step = interval or -1
+    if child then
+      status, code, ru = child:wait(step)
+    else
+      -- -a without a command: pid 1 never exits, so this waits for Ctrl-C
+      status, code = c.wait_pid(pid or 1, step)
+    end
+    if status == false then
+      print_interval()
+    elseif status == "signal" then
+      if not child then break end   -- Ctrl-C: print what was counted
+      -- the child got the same SIGINT from the terminal; wait for it
+    else
+      break
+    end
+  end
+  local elapsed = c.now() - t0
+  set:disable()
+  if interval then
+    print_interval()
+  else
+    local r = set:read({ elapsed = elapsed, label = label,
+                         utime = (not attach and ru) and ru.utime or nil,
+                         stime = (not attach and ru) and ru.stime or nil })
+    if sep then out:write(stat.csv(r, sep)) else out:write(tostring(r)) end
+  end
+  set:close()
+  if out ~= io.stderr and out ~= io.stdout then out:close() end
+  if child and (status == "exited" or status == "signaled") then return exit_code(status, code) end
+  return 0
+end
+
+-- ------------------------------------------------------------- list
+
+local function kind_of(name)
+  if name:find("^mem:") then return "Hardware breakpoint" end
+  if name:find("/") then return "Kernel PMU event" end
+  if name:find(":") then return "Tracepoint event" end
+  local sw = { ["cpu-clock"] = 1, ["task-clock"] = 1, ["page-faults"] = 1, faults = 1,
+               ["context-switches"] = 1, cs = 1, ["cpu-migrations"] = 1, migrations = 1,
+               ["minor-faults"] = 1, ["major-faults"] = 1, ["alignment-faults"] = 1,
+               ["emulation-faults"] = 1, dummy = 1, ["bpf-output"] = 1, ["cgroup-switches"] = 1 }
+  if sw[name] then return "Software event" end
+  if name:find("%-load") or name:find("%-store") or name:find("%-prefetch") then
+    return "Hardware cache event"
+  end
+  return "Hardware event"
+end
+
+local function glob_to_pattern(p)
+  return "^" .. p:gsub("[%^%$%(%)%%%.%[%]%+%-]", "%%%0"):gsub("%*", ".*"):gsub("%?", ".") .. "$"
+end
+
+function M.list(argv)
+  local o = parse_args("list", argv, { short = { h = "help" }, takes = {}, flags = { help = true } })
+  if o.help then io.stdout:write(USAGE.list) return 0 end
+  local pattern = o.cmd[1]
+  local names = pe().list()
+  local shown = 0
+  local lines = {}
+  for _, n in ipairs(names) do
+    local ok = true
+    if pattern then
+      if pattern:find("[*?]") then ok = n:match(glob_to_pattern(pattern)) ~= nil
+      else ok = n:find(pattern, 1, true) ~= nil end
+    end
+    if ok then
+      lines[#lines + 1] = format("  %-50s [%s]", n, kind_of(n))
+      shown = shown + 1
+    end
+  end
+  io.stdout:write("\nList of pre-defined events (to be used in -e):\n\n", concat(lines, "\n"),
+                  shown > 0 and "\n\n" or "")
+  if shown == 0 then
+    io.stderr:write(format("luaperf list: no event matches '%s'%s\n", tostring(pattern),
+      io.open("/sys/kernel/tracing/events") and "" or
+        " (tracepoints are hidden: tracefs is not readable by this user)"))
+    return 1
+  end
+  return 0
+end
+
+-- ------------------------------------------------------------- record
+
+--- Aggregates samples into folded stacks.
+-- @tparam table sym a perf_event.symbols symbolizer
+-- @treturn table with `add(rec)`, `lines()` and `samples`
+function M.folder(sym, opts)
+  opts = opts or {}
+  local counts, order = {}, {}
+  local f = { samples = 0 }
+  local comm_of = {}
+  local function comm(pid)
+    local c = (sym.comms and sym.comms[pid]) or comm_of[pid]
+    if not c then
+      local h = io.open("/proc/" .. tostring(pid) .. "/comm", "r")
+      c = h and h:read("*l") or tostring(pid)
+      if h then h:close() end
+      comm_of[pid] = c
+    end
+    return c
+  end
+  function f.add(rec)
+    local frames
+    if rec.callchain and #rec.callchain > 0 then
+      frames = sym:callchain(rec.callchain, rec.pid)
+    else
+      frames = { sym:name(rec.ip, rec.pid) }
+    end
+    local parts = {}
+    if opts.comm ~= false then parts[1] = comm(rec.pid) end
+    for i = #frames, 1, -1 do parts[#parts + 1] = frames[i] end
+    local key = concat(parts, ";")
+    if not counts[key] then counts[key] = 0; order[#order + 1] = key end
+    counts[key] = counts[key] + 1
+    f.samples = f.samples + 1
+  end
+  function f.lines()
+    local keys = {}
+    for i, k in ipairs(order) do keys[i] = k end
+    table.sort(keys)
+    local out = {}
+    for i, k in ipairs(keys) do out[i] = format("%s %d", k, counts[k]) end
+    return out
+  end
+  f.counts = counts
+  return f
+end
+
+local function time_of(r)
+  local t = r.time
+  if type(t) == "number" then return t end
+  return tonumber(t) or 0
+end
+
+function M.record(argv)
+  local o = parse_args("record", argv, {
+    short = { e = "event", F = "freq", c = "count", g = "call-graph", p = "pid", o = "output", h = "help" },
+    takes = { event = true, freq = true, count = true, pid = true, output = true },
+    flags = { ["call-graph"] = true, help = true },
+  })
+  if o.help then io.stdout:write(USAGE.record) return 0 end
+  if #o.events > 1 then usage_error("record", "record takes one -e EVENT") end
+  if o.freq and o.count then usage_error("record", "-F and -c exclude each other") end
+  local pid = o.pid and number_opt("record", o.pid, "-p PID")
+  if not pid and #o.cmd == 0 then
+    usage_error("record", "nothing to sample: give a command after '--' or -p PID")
+  end
+  local freq = o.freq and number_opt("record", o.freq, "-F HZ")
+  local period = o.count and number_opt("record", o.count, "-c PERIOD")
+  local c = core()
+  c.catch_signals()
+
+  local spec = o.events[1] or { type = "software", config = 0, name = "cpu-clock" }
+  local specs = require("perf_event.stat").expand(spec, 1)
+  local base = specs[1].attr
+  local sample_type = "ip|tid|time|period|cpu"
+  if o["call-graph"] then sample_type = sample_type .. "|callchain" end
+
+  local child, err, errno
+  local target = pid
+  if not pid then
+    child, err, errno = c.spawn(o.cmd, { stopped = true })
+    if not child then io.stderr:write("luaperf record: ", err, "\n") return 127 end
+    target = child:pid()
+  end
+  local evs = {}
+  local cpus = require("perf_event.stat").online_cpus()
+  for _, cpu in ipairs(cpus) do
+    local attr = {}
+    for k, v in pairs(base) do attr[k] = v end
+    attr.name = specs[1].name
+    attr.sample_type = sample_type
+    if period then attr.sample_period = period
+    else attr.freq = true; attr.sample_freq = freq or 999 end
+    attr.disabled = child ~= nil
+    attr.enable_on_exec = child ~= nil
+    attr.inherit = true
+    attr.mmap2 = true
+    attr.mmap = true
+    attr.comm = true
+    attr.comm_exec = true
+    attr.task = true
+    attr.sample_id_all = true
+    attr.wakeup_events = 0
+    attr.watermark = false
+    if attr.exclude_kernel == false then attr.exclude_kernel = nil end
+    local ev
+    ev, err, errno = pe().open(attr, { pid = target, cpu = cpu, pages = 64 })
+    if not ev then
+      -- a smaller ring when the mlock budget is tight
+      ev, err, errno = pe().open(attr, { pid = target, cpu = cpu, pages = 8 })
+    end
+    if not ev then
+      for _, e in ipairs(evs) do e:close() end
+      io.stderr:write("luaperf record: ", tostring(err), "\n")
+      return errno == 13 and 1 or 1
+    end
+    evs[#evs + 1] = ev
+  end
+
+  local sym = require("perf_event.symbols").new()
+  if pid then sym:load_maps(pid) end
+  local folder = M.folder(sym)
+  local seen_pid = {}
+  local function drain()
+    local batch = {}
+    for _, ev in ipairs(evs) do
+      for rec in ev:records() do batch[#batch + 1] = rec end
+    end
+    -- rings are per CPU: merge by time so mmaps precede the samples in them
+    table.sort(batch, function(a, b) return time_of(a) < time_of(b) end)
+    for _, rec in ipairs(batch) do
+      if rec.type == "sample" then
+        if not seen_pid[rec.pid] and not sym.maps[rec.pid] then
+          sym:load_maps(rec.pid)   -- started before we saw its mmaps
+        end
+        seen_pid[rec.pid] = true
+        folder.add(rec)
+      else
+        sym:record(rec)
+      end
+    end
+  end
+
+  if child then
+    local ok
+    ok, err = child:start()
+    if not ok then
+      for _, e in ipairs(evs) do e:close() end
+      io.stderr:write("luaperf record: ", err, "\n")
+      return 127
+    end
+  elseif #o.cmd > 0 then
+    child, err = c.spawn(o.cmd)
+    if not child then io.stderr:write("luaperf record: ", err, "\n") return 127 end
+  end
+
+  local status, code
+  while true do
+    if child then status, code = child:wait(100)
+    else status, code = c.wait_pid(pid, 100) end
+    drain()
+    if status == "signal" and not child then break end
+    if status ~= false and status ~= "signal" then break end
+  end
+  for _, ev in ipairs(evs) do ev:disable() end
+  drain()
+  local lost = 0
+  for _, ev in ipairs(evs) do lost = lost + (tonumber(ev:lost()) or 0) ev:close() end
+
+  local path = o.output or "perf.folded"
+  local out = path == "-" and io.stdout or io.open(path, "w")
+  if not out then io.stderr:write("luaperf record: cannot write ", path, "\n") return 1 end
+  local lines = folder.lines()
+  if #lines > 0 then out:write(concat(lines, "\n"), "\n") end
+  if out ~= io.stdout then out:close() end
+  io.stderr:write(format("[ luaperf record: %d samples, %d stacks%s written to %s ]\n", folder.samples,
+                         #lines, lost > 0 and format(", %d records lost", lost) or "",
+                         path == "-" and "stdout" or path))
+  if child and (status == "exited" or status == "signaled") then return exit_code(status, code) end
+  return 0
+end
+
+-- ------------------------------------------------------------- main
+
+function M.main(argv)
+  local cmd = argv[1]
+  local rest = {}
+  for i = 2, #argv do rest[#rest + 1] = argv[i] end
+  if cmd == nil or cmd == "-h" or cmd == "--help" or cmd == "help" then
+    io.stdout:write(USAGE.main)
+    return cmd == nil and 2 or 0
+  end
+  if cmd == "--version" then io.stdout:write(pe()._VERSION, "\n") return 0 end
+  local fn = ({ stat = M.stat, list = M.list, record = M.record })[cmd]
+  if not fn then
+    io.stderr:write(format("luaperf: unknown command '%s'\n\n", tostring(cmd)), USAGE.main)
+    return 2
+  end
+  local ok, res = pcall(fn, rest)
+  if ok then return res end
+  if type(res) == "table" and getmetatable(res) == Usage then
+    io.stderr:write(format("luaperf %s: %s\n\n%s", res.cmd, res.msg, USAGE[res.cmd]))
+    return 2
+  end
+  if type(res) == "table" and res.msg then
+    io.stderr:write("luaperf ", cmd, ": ", tostring(res.msg), "\n")
+    return 1
+  end
+  io.stderr:write("luaperf ", cmd, ": ", tostring(res), "\n")
+  return 1
+end
+
+return M
