@@ -129,7 +129,11 @@ local function core_opts(opts, name, auto_exclude, level)
       error("perf_event: opts must be a table, got " .. type(opts), level + 1)
     end
     for k, v in pairs(opts) do
-      if OPEN_OPTS[k] then o[k] = v end
+      if OPEN_OPTS[k] then
+        o[k] = v
+      elseif k ~= "disabled" then
+        error("perf_event: unknown option '" .. tostring(k) .. "'", level + 1)
+      end
     end
   end
   return o
