@@ -142,14 +142,14 @@ const char *pe_open_hint(char *buf, size_t len, int err,
                "/proc/sys/kernel/perf_event_paranoid", paranoid, paranoid_meaning(paranoid));
     return buf;
   case ENOENT:
-    if (a->type == PE_TYPE_HARDWARE || a->type == PE_TYPE_HW_CACHE || a->type == PE_TYPE_RAW)
+    if (flags & PE_FLAG_PID_CGROUP)
+      snprintf(buf, len, "the cgroup hierarchy has no perf_event controller (use cgroup v2)");
+    else if (a->type == PE_TYPE_HARDWARE || a->type == PE_TYPE_HW_CACHE || a->type == PE_TYPE_RAW)
       snprintf(buf, len, "this machine exposes no such PMU event (no hardware PMU, e.g. "
                "in a VM); see /sys/bus/event_source/devices");
     else if (a->type == PE_TYPE_SOFTWARE)
       snprintf(buf, len, "software event config %llu is unknown to this kernel (0-%d)",
                (unsigned long long)a->config, PE_SW_MAX - 1);
-    else if (flags & PE_FLAG_PID_CGROUP)
-      snprintf(buf, len, "the cgroup hierarchy has no perf_event controller (use cgroup v2)");
     else if (a->type > PE_TYPE_BREAKPOINT)
       snprintf(buf, len, "PMU type %u does not exist, or the probe target (path/function) "
                "was not found", a->type);

@@ -275,3 +275,79 @@ describe("pe.enable_all / pe.disable_all (prctl)", function()
     ev:close()
   end)
 end)
+
+describe("open flags and targets (CHECKLIST A)", function()
+  local function fd_flags(fd)
+    local f = io.open("/proc/self/fdinfo/" .. fd)
+    local s = f:read("*a")
+    f:close()
+    return tonumber(s:match("flags:%s+(%d+)"), 8)
+  end
+  local O_CLOEXEC = 524288   -- 02000000
+
+  it("sets FD_CLOEXEC by default and not with cloexec=false", function()
+    local ev = assert(pe.open({ type = "software", config = 1, name = "t" }))
+    assert.is_true(fd_flags(ev:fd()) % (2 * O_CLOEXEC) >= O_CLOEXEC)
+    ev:close()
+    ev = assert(pe.open({ type = "software", config = 1, name = "t" }, { cloexec = false }))
+    assert.is_true(fd_flags(ev:fd()) % (2 * O_CLOEXEC) < O_CLOEXEC)
+    ev:close()
+  end)
+
+  it("PERF_FLAG_FD_NO_GROUP keeps an event out of the leader's group", function()
+    local leader = assert(core.open({ type = "tracepoint", config = GETPPID, read_format = "group" },
+                                    { name = "l" }))
+    local m = assert(core.open({ type = "tracepoint", config = GETPPID }, { name = "m", group = leader, flags = 1 }))
+    assert.equal(1, leader:read_raw().nr)
+    m:close(); leader:close()
+  end)
+
+  it("an unknown flag bit is refused with EINVAL", function()
+    local ev, _, errno = core.open({ type = "software", config = 1 }, { name = "t", flags = 16 })
+    assert.is_nil(ev)
+    assert.equal(22, errno)
+  end)
+
+  it("a non-leader member as group gives EINVAL (A12)", function()
+    local g = assert(pe.group({ tp(GETPPID), tp(GETPPID, { name = "m" }) }))
+    local ev, _, errno = pe.open({ type = "software", config = 1, name = "t" }, { group = g:event(2) })
+    assert.is_nil(ev)
+    assert.equal(22, errno)
+    g:close()
+  end)
+
+  it("counts a cgroup by path (cgroup v2, cpu >= 0) and refuses a v1 hierarchy with ENOENT", function()
+    if not U.root_or_pending() then return end
+    local v2, v1
+    for line in io.lines("/proc/mounts") do
+      local dir, fstype, opts = line:match("^%S+ (%S+) (%S+) (%S+)")
+      if fstype == "cgroup2" and not v2 then v2 = dir end
+      if fstype == "cgroup" and opts:find("cpu", 1, true) and not opts:find("perf_event", 1, true) then v1 = dir end
+    end
+    if not v2 then pending("no cgroup2 mount") return end
+    local ev = assert(pe.open({ type = "software", config = 0, name = "cpu-clock" }, { cgroup = v2, cpu = 0 }))
+    assert.is_number((ev:read()))
+    ev:close()
+    local _, msg, errno = pe.open({ type = "software", config = 0, name = "c" }, { cgroup = v2 })
+    assert.equal(22, errno)                   -- cpu=-1 with a cgroup (A18)
+    assert.matches("EINVAL", msg, 1, true)
+    if v1 then
+      _, msg, errno = pe.open({ type = "software", config = 0, name = "c" }, { cgroup = v1, cpu = 0 })
+      assert.equal(2, errno)
+      assert.matches("perf_event controller", msg, 1, true)
+    end
+    _, msg, errno = pe.open({ type = "software", config = 0, name = "c" }, { cgroup = "/nonexistent", cpu = 0 })
+    assert.equal(2, errno)
+    assert.matches("open(cgroup)", msg, 1, true)
+  end)
+
+  it("a CPU-wide event (pid=-1, cpu=0) counts as root", function()
+    if not U.root_or_pending() then return end
+    local ev = assert(pe.open({ type = "software", config = 0, name = "cpu-clock" }, { pid = -1, cpu = 0 }))
+    local x = 0
+    for i = 1, 1e5 do x = x + i end
+    assert.is_true((ev:read()) > 0)
+    assert.is_false(ev:info().self)
+    ev:close()
+  end)
+end)
