@@ -20,14 +20,6 @@
 #include <unistd.h>
 #include "pe_core.h"
 
-#define GROUP_MAX 256
-
-typedef struct pe_group {
-  int n;                 /* members, leader first; -1 once closed */
-  uint64_t read_format;  /* the leader's */
-  pe_event *ev[GROUP_MAX];
-} pe_group;
-
 static long page_size(void)
 {
   static long ps = 0;
@@ -497,6 +489,12 @@ static int l_read(lua_State *L)
   long n;
   r.v = vals;
   r.cap = GROUP_MAX;
+  if (pe_userpage_try_read(ev, buf) == 0) {    /* seqlock + rdpmc (userpage.c) */
+    value = buf[0];
+    r.time_enabled = buf[1];
+    r.time_running = buf[2];
+    goto push;
+  }
   n = read_fd(ev->fd, buf, sizeof buf);
   if (n <= 0) return push_read_error(L, 1, n, errno);
   if (pe_readfmt_decode((unsigned char *)buf, (size_t)n, ev->read_format, &r) < 0 || r.nr == 0)
@@ -507,6 +505,7 @@ static int l_read(lua_State *L)
     for (i = 0; i < r.nr; i++)
       if (r.v[i].id == ev->id) { value = r.v[i].value; break; }
   }
+push:
   if ((ev->read_format & PE_FORMAT_TOTAL_TIME_ENABLED) &&
       (ev->read_format & PE_FORMAT_TOTAL_TIME_RUNNING)) {
     pe_push_u64(L, pe_scale(value, r.time_enabled, r.time_running));
@@ -619,13 +618,15 @@ static int l_info(lua_State *L)
     lua_setfield(L, -2, "note");
   }
   {
-    int rdpmc = 0;
+    int up = pe_userpage_usable(ev);            /* userpage.c */
     if (ev->page && ev->fd >= 0) {
       uint64_t caps = __atomic_load_n(&ev->page->capabilities, __ATOMIC_RELAXED);
-      rdpmc = (caps & PE_CAP_USER_RDPMC) && __atomic_load_n(&ev->page->index, __ATOMIC_RELAXED);
       pe_push_u64(L, caps); lua_setfield(L, -2, "capabilities");
     }
-    lua_pushboolean(L, rdpmc); lua_setfield(L, -2, "rdpmc");
+    lua_pushboolean(L, up == 0); lua_setfield(L, -2, "rdpmc");
+    if (up == 0) lua_pushliteral(L, "rdpmc");
+    else lua_pushfstring(L, "read(2): %s", pe_userpage_reason(up));
+    lua_setfield(L, -2, "read_path");
   }
   return 1;
 }

@@ -99,6 +99,14 @@ typedef struct pe_event {
   struct pe_attr attr;       /* what was passed to the kernel */
 } pe_event;
 
+#define GROUP_MAX 256
+
+typedef struct pe_group {
+  int n;                 /* members, leader first; -1 once closed */
+  uint64_t read_format;  /* the leader's */
+  pe_event *ev[GROUP_MAX];
+} pe_group;
+
 pe_event *pe_check_event(lua_State *L, int idx);   /* raises if closed */
 pe_event *pe_to_event(lua_State *L, int idx);      /* may be closed */
 int pe_event_close(pe_event *ev);
@@ -111,6 +119,16 @@ void pe_ring_close(pe_event *ev);
 void pe_ring_funcs(lua_State *L);
 /* spawn.c: adds spawn/catch_signals/wait_pid to the module table on top */
 void pe_open_spawn(lua_State *L);
+
+/* ---- user page and FFI fast path (userpage.c, fast.c) ------------------- */
+/* ev:read() through the user page (seqlock + rdpmc): 0 with out = unscaled
+ * count, time_enabled, time_running; or a reason > 0 to use read(2) */
+int pe_userpage_try_read(const pe_event *ev, uint64_t out[3]);
+/* 0 when a read now would use rdpmc, else the reason (for info()) */
+int pe_userpage_usable(const pe_event *ev);
+const char *pe_userpage_reason(int rc);
+/* adds time_conv, _userpage_sim, _fast_token to the module table on top */
+void pe_fast_open(lua_State *L);
 
 /* ---- entry point -------------------------------------------------------- */
 PE_EXPORT int luaopen_perf_event_core(lua_State *L);

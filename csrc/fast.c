@@ -1,0 +1,164 @@
+/*
+ * fast.c - plain C entry points for LuaJIT's FFI (lua/perf_event/fast.lua):
+ * ev:read(), group:read(t), enable/disable/reset, with fixed prototypes so
+ * the JIT compiles the call into the trace.  A full userdata passed to a
+ * pointer parameter arrives as its payload (pe_event / pe_group).
+ *
+ * Owns: the pe_fast_* symbols (exported, like luaopen_*), and registering
+ * core.time_conv, core._userpage_sim and core._fast_token.  Every entry
+ * returns -1 for anything but plain success (closed, syscall failure,
+ * odd layout): the Lua side then calls the C API method, which produces
+ * the very same error or raise.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+#include "userpage.h"
+
+#define RF_TIMES (PE_FORMAT_TOTAL_TIME_ENABLED | PE_FORMAT_TOTAL_TIME_RUNNING)
+#define EXACT_MAX ((uint64_t)1 << 53)   /* above: LuaJIT needs a uint64_t cdata */
+#define FAST_BIG 4                       /* pe_fast_read: some value >= 2^53 */
+#define FAST_GBIG 0x10000                /* pe_fast_group_read: the same */
+
+static const char fast_token;           /* identifies this copy of the core */
+
+PE_EXPORT const void *pe_fast_token(void);
+PE_EXPORT int pe_fast_read(pe_event *ev, uint64_t *out);
+PE_EXPORT int pe_fast_ioctl(pe_event *ev, int op, int group);
+PE_EXPORT int pe_fast_group_read(pe_group *g, uint64_t *out, int cap);
+PE_EXPORT int pe_fast_group_ioctl(pe_group *g, int op);
+
+const void *pe_fast_token(void)
+{
+  return &fast_token;
+}
+
+static long read_fd(int fd, void *buf, size_t len)
+{
+  ssize_t n;
+  do n = read(fd, buf, len); while (n < 0 && errno == EINTR);
+  return (long)n;
+}
+
+/* what l_read computes: value (scaled when both times are read), enabled,
+ * running; 0 or -1 */
+static int event_values(pe_event *ev, uint64_t out[3])
+{
+  uint64_t rf = ev->read_format;
+  if (ev->page) {
+    pe_up_result r;
+    if (pe_userpage_event_read(ev, NULL, out, &r) == PE_UP_OK) {
+      if ((rf & RF_TIMES) == RF_TIMES) out[0] = pe_scale(out[0], out[1], out[2]);
+      return 0;
+    }
+  }
+  if (rf == RF_TIMES) {         /* what pe.open asks for: value, enabled, running */
+    uint64_t b[3];
+    if (read_fd(ev->fd, b, sizeof b) != (long)sizeof b) return -1;
+    out[0] = pe_scale(b[0], b[1], b[2]);
+    out[1] = b[1];
+    out[2] = b[2];
+    return 0;
+  } else {
+    uint64_t buf[5 + 3 * GROUP_MAX];
+    pe_readval vals[GROUP_MAX];
+    pe_reading r;
+    uint64_t i, value;
+    long n;
+    r.v = vals;
+    r.cap = GROUP_MAX;
+    n = read_fd(ev->fd, buf, sizeof buf);
+    if (n <= 0 || pe_readfmt_decode((unsigned char *)buf, (size_t)n, rf, &r) < 0 || r.nr == 0)
+      return -1;
+    value = r.v[0].value;
+    if ((rf & PE_FORMAT_GROUP) && (rf & PE_FORMAT_ID))
+      for (i = 0; i < r.nr; i++)
+        if (r.v[i].id == ev->id) { value = r.v[i].value; break; }
+    out[0] = (rf & RF_TIMES) == RF_TIMES ? pe_scale(value, r.time_enabled, r.time_running)
+                                         : value;
+    out[1] = r.time_enabled;
+    out[2] = r.time_running;
+    return 0;
+  }
+}
+
+/* -> -1 (use the C method) or which results exist: bit 0 time_enabled,
+ * bit 1 time_running (so 3 = value, enabled, running), | FAST_BIG */
+int pe_fast_read(pe_event *ev, uint64_t *out)
+{
+  int rc;
+  if (ev->fd < 0 || event_values(ev, out) < 0) return -1;
+  rc = ((ev->read_format & PE_FORMAT_TOTAL_TIME_ENABLED) ? 1 : 0) |
+       ((ev->read_format & PE_FORMAT_TOTAL_TIME_RUNNING) ? 2 : 0);
+  if ((out[0] | out[1] | out[2]) >= EXACT_MAX) rc |= FAST_BIG;
+  return rc;
+}
+
+static unsigned long ioctl_req(int op)
+{
+  return op == 0 ? PE_IOC_ENABLE : op == 1 ? PE_IOC_DISABLE : PE_IOC_RESET;
+}
+
+/* op: 0 enable, 1 disable, 2 reset; group != 0 adds PERF_IOC_FLAG_GROUP */
+int pe_fast_ioctl(pe_event *ev, int op, int group)
+{
+  if (ev->fd < 0 || op < 0 || op > 2) return -1;
+  return ioctl(ev->fd, ioctl_req(op), group ? PE_IOC_FLAG_GROUP : 0) < 0 ? -1 : 0;
+}
+
+int pe_fast_group_ioctl(pe_group *g, int op)
+{
+  if (g->n < 0 || g->ev[0]->fd < 0 || op < 0 || op > 2) return -1;
+  return ioctl(g->ev[0]->fd, ioctl_req(op), PE_IOC_FLAG_GROUP) < 0 ? -1 : 0;
+}
+
+/* out[0] time_enabled, out[1] time_running, out[2+i] member i's scaled
+ * value (matched by id as g_read does) -> members | FAST_GBIG, or -1 */
+int pe_fast_group_read(pe_group *g, uint64_t *out, int cap)
+{
+  uint64_t buf[3 + 3 * GROUP_MAX], big;
+  pe_readval vals[GROUP_MAX];
+  pe_reading r;
+  long n;
+  int i;
+  if (g->n < 0 || g->ev[0]->fd < 0 || cap < g->n + 2) return -1;
+  r.v = vals;
+  r.cap = GROUP_MAX;
+  n = read_fd(g->ev[0]->fd, buf, sizeof buf);
+  if (n <= 0 || pe_readfmt_decode((unsigned char *)buf, (size_t)n, g->read_format, &r) < 0)
+    return -1;
+  out[0] = r.time_enabled;
+  out[1] = r.time_running;
+  big = r.time_enabled | r.time_running;
+  for (i = 0; i < g->n; i++) {
+    uint64_t v, k;
+    if (g->read_format & PE_FORMAT_ID) {
+      uint64_t id = g->ev[i]->id;
+      if ((uint64_t)i < r.nr && r.v[i].id == id) {
+        v = r.v[i].value;
+      } else {
+        for (k = 0; k < r.nr && r.v[k].id != id; k++) {}
+        if (k == r.nr) return -1;              /* member gone: g_read gives nil */
+        v = r.v[k].value;
+      }
+    } else {
+      if ((uint64_t)i >= r.nr) return -1;
+      v = r.v[i].value;
+    }
+    out[2 + i] = pe_scale(v, r.time_enabled, r.time_running);
+    big |= out[2 + i];
+  }
+  return g->n | (big >= EXACT_MAX ? FAST_GBIG : 0);
+}
+
+/* adds the user-page functions to the module table on top of the stack */
+void pe_fast_open(lua_State *L)
+{
+  lua_pushcfunction(L, pe_l_time_conv);
+  lua_setfield(L, -2, "time_conv");
+  lua_pushcfunction(L, pe_l_userpage_sim);
+  lua_setfield(L, -2, "_userpage_sim");
+  lua_pushlightuserdata(L, (void *)&fast_token);
+  lua_setfield(L, -2, "_fast_token");
+}
