@@ -379,9 +379,9 @@ function Sym:name(addr, pid)
 end
 
 --- Names the frames of a sample's callchain, leaf first, without the
--- PERF_CONTEXT_* markers.  Return addresses (every frame after the first
--- of a context) are looked up at addr-1 so a call at the very end of a
--- function still names that function.
+-- PERF_CONTEXT_* markers; consecutive [unknown] frames count as one.
+-- Return addresses (every frame after the first of a context) are looked
+-- up at addr-1 so a call at the very end of a function still names it.
 -- @param chain the record's `callchain` array
 -- @param pid the record's pid
 -- @treturn table array of names
@@ -398,7 +398,10 @@ function Sym:callchain(chain, pid)
         local n = user_number(h)
         if n then look = n - 1 end
       end
-      out[#out + 1] = self:name(look, pid)
+      local name = self:name(look, pid)
+      -- code without frame pointers (JIT traces) yields runs of garbage
+      -- return addresses: one [unknown] stands for the run
+      if name ~= "[unknown]" or out[#out] ~= "[unknown]" then out[#out + 1] = name end
       first = false
     end
   end

@@ -1,0 +1,181 @@
+--- perfreq: perf_event inside nginx (OpenResty / lua-nginx-module).
+--  (1) per-request counters: task-clock, page-faults and context-switches of
+--      the worker while it handled the request, logged in log_by_lua;
+--  (2) an endpoint that samples the worker for N seconds and answers with
+--      folded stacks (flame-graph input), symbolized in the worker itself;
+--  (3) an always-on sampler drained by a timer (for the overhead bench).
+-- Workers run unprivileged: everything here is self-monitoring of the
+-- worker (pid 0), which perf_event_paranoid=2 allows for user space; the
+-- binding adds exclude_kernel itself when the kernel asks for it.
+--
+--   init_by_lua_block        { require("perfreq").init() }
+--   init_worker_by_lua_block { require("perfreq").init_worker() }
+--   access_by_lua_block      { require("perfreq").start() }
+--   log_by_lua_block         { require("perfreq").log() }
+--   location = /perf/profile { content_by_lua_block { require("perfreq").profile() } }
+local ngx = ngx  -- luacheck: read globals ngx
+local pe = require("perf_event")
+local symbols = require("perf_event.symbols")
+
+local M = {}
+
+local group          -- the worker's counter group
+local busy = false   -- one /perf/profile at a time per worker
+local totals = { requests = 0, task_clock_ns = 0, page_faults = 0, context_switches = 0 }
+
+--- In init_by_lua (the master, before fork): loads the C core once so
+-- workers share it and never read files after dropping privileges.
+function M.init()
+  require("perf_event.core")
+  require("perf_event.stat")
+end
+
+--- In init_worker_by_lua: opens the per-request counters of this worker.
+function M.init_worker()
+  local err
+  group, err = pe.group({
+    { type = "software", config = 1, name = "task-clock" },
+    { type = "software", config = 2, name = "page-faults" },
+    { type = "software", config = 3, name = "context-switches" },
+  })
+  if not group then
+    ngx.log(ngx.ERR, "perfreq: per-request counters unavailable: ", err)
+  end
+end
+
+--- In access_by_lua (or rewrite_by_lua): remembers the counters.
+function M.start()
+  if not group then return end
+  local t = group:read()
+  if t then
+    local ctx = ngx.ctx
+    ctx.perf_tc, ctx.perf_pf, ctx.perf_cs = t[1], t[2], t[3]
+  end
+end
+
+--- In log_by_lua: logs what the request cost the worker.
+function M.log()
+  local ctx = ngx.ctx
+  if not group or not ctx.perf_tc then return end
+  local t = group:read()
+  if not t then return end
+  local tc, pf, cs = t[1] - ctx.perf_tc, t[2] - ctx.perf_pf, t[3] - ctx.perf_cs
+  totals.requests = totals.requests + 1
+  totals.task_clock_ns = totals.task_clock_ns + tc
+  totals.page_faults = totals.page_faults + pf
+  totals.context_switches = totals.context_switches + cs
+  ngx.log(ngx.INFO, "perf: ", ngx.var.uri, " task-clock=", tc, "ns page-faults=", pf,
+          " context-switches=", cs)
+end
+
+--- Content handler: the sums over the requests this worker logged.
+function M.totals()
+  ngx.header.content_type = "text/plain"
+  ngx.say("pid ", ngx.worker.pid(), " requests ", totals.requests,
+          " task-clock-ns ", totals.task_clock_ns, " page-faults ", totals.page_faults,
+          " context-switches ", totals.context_switches)
+end
+
+local function sampler(hz)
+  return pe.open({ type = "software", config = 0, name = "cpu-clock", freq = true,
+                   sample_freq = hz, sample_type = "ip|tid|time|callchain" },
+                 { pages = 16 })
+end
+
+local function fold(counts, sym, rec)
+  local frames = rec.callchain and #rec.callchain > 0 and sym:callchain(rec.callchain, rec.pid)
+                 or { sym:name(rec.ip, rec.pid) }
+  local parts = { "nginx" }
+  for i = #frames, 1, -1 do parts[#parts + 1] = frames[i] end
+  local key = table.concat(parts, ";")
+  counts[key] = (counts[key] or 0) + 1
+end
+
+local function say_folded(counts)
+  local keys = {}
+  for k in pairs(counts) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local out = {}
+  for i, k in ipairs(keys) do out[i] = k .. " " .. counts[k] end
+  ngx.header.content_type = "text/plain"
+  if #out > 0 then ngx.print(table.concat(out, "\n"), "\n") end
+end
+
+--- Content handler: samples this worker for ?seconds=N (default 1, max 30)
+-- at ?hz=F (default 999) while it keeps serving, then answers with folded
+-- stacks.  JIT-compiled Lua shows as [unknown]; C frames are named from
+-- the ELF symbols of nginx and its libraries.
+function M.profile()
+  local seconds = math.min(tonumber(ngx.var.arg_seconds) or 1, 30)
+  local hz = math.min(tonumber(ngx.var.arg_hz) or 999, 10000)
+  if busy then
+    ngx.status = 409
+    ngx.say("perfreq: a profile is already running in this worker")
+    return
+  end
+  local ev, err = sampler(hz)
+  if not ev then
+    ngx.status = 500
+    ngx.say("perfreq: cannot sample: ", err)
+    return
+  end
+  busy = true
+  local sym = symbols.new()
+  sym:load_maps("self")
+  local counts = {}
+  local deadline = ngx.now() + seconds
+  -- drain while sleeping so the ring never fills
+  while ngx.now() < deadline do
+    ngx.sleep(math.min(0.1, deadline - ngx.now()))
+    for rec in ev:records() do
+      if rec.type == "sample" then fold(counts, sym, rec) end
+    end
+  end
+  ev:disable()
+  for rec in ev:records() do
+    if rec.type == "sample" then fold(counts, sym, rec) end
+  end
+  local lost = ev:lost()
+  ev:close()
+  busy = false
+  if tonumber(lost) and tonumber(lost) > 0 then ngx.log(ngx.WARN, "perfreq: ", lost, " records lost") end
+  say_folded(counts)
+end
+
+-- ---------------------------------------------------------------- always-on sampler
+
+local always, always_counts = nil, {}
+
+--- In init_worker_by_lua: samples the worker all the time at `hz` and
+-- drains the ring every `interval` seconds from a timer, counting samples
+-- by address (cheap); /perf/always symbolizes on demand.
+function M.start_sampler(hz, interval)
+  local err
+  always, err = sampler(hz or 1000)
+  if not always then
+    ngx.log(ngx.ERR, "perfreq: sampler unavailable: ", err)
+    return
+  end
+  ngx.timer.every(interval or 0.1, function()
+    for rec in always:records() do
+      if rec.type == "sample" then
+        local ip = rec.ip
+        always_counts[ip] = (always_counts[ip] or 0) + 1
+      end
+    end
+  end)
+end
+
+--- Content handler: the always-on sampler's counts, by function.
+function M.always()
+  local sym = symbols.new()
+  sym:load_maps("self")
+  local counts = {}
+  for ip, n in pairs(always_counts) do
+    local key = "nginx;" .. sym:name(ip)
+    counts[key] = (counts[key] or 0) + n
+  end
+  say_folded(counts)
+end
+
+return M

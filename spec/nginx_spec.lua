@@ -1,0 +1,168 @@
+-- The real Debian nginx with libnginx-mod-http-lua: per-request counters in
+-- log_by_lua and the in-worker profiler of examples/openresty, workers
+-- unprivileged (nobody), on 127.0.0.1 only.  Runs once, in the luajit suite.
+local suite = os.getenv("PE_SUITE") or (jit and "luajit" or _VERSION)
+
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local out = p:read("*a")
+  local ok, _, code = p:close()
+  if type(ok) == "number" then code = ok; ok = code == 0 end   -- Lua 5.1
+  return out, ok, code
+end
+
+local function have(cmd) return select(2, sh("command -v " .. cmd)) end
+
+local function read(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+local MODULE = "/usr/lib/nginx/modules/ngx_http_lua_module.so"
+local reason
+if suite ~= "luajit" then
+  reason = "the nginx integration test runs once, in the luajit suite (nginx links luajit2)"
+elseif not have("nginx") or not read(MODULE) or not have("curl") then
+  reason = "needs the Debian packages nginx, libnginx-mod-http-lua and curl"
+elseif not read("build/perf_event/core.so") then
+  reason = "run 'make' first (build/perf_event/core.so)"
+end
+
+describe("nginx with the perfreq module", function()
+  if reason then
+    pending(reason, function() end)
+    return
+  end
+
+  local dir, port, base
+
+  -- a world-readable copy of the Lua layer and the LuaJIT core: workers
+  -- run as nobody and the checkout may sit under a private directory
+  local function prepare()
+    dir = sh("mktemp -d /tmp/pe-nginx.XXXXXX"):gsub("%s+$", "")
+    assert(dir:find("^/tmp/pe%-nginx"), dir)
+    local _, ok = sh(table.concat({
+      "chmod 755 " .. dir,
+      "mkdir -p " .. dir .. "/lua " .. dir .. "/lib/perf_event " .. dir .. "/conf " .. dir .. "/logs",
+      "cp -r lua/perf_event " .. dir .. "/lua/",
+      "cp examples/openresty/lua/perfreq.lua " .. dir .. "/lua/",
+      "cp build/perf_event/core.so " .. dir .. "/lib/perf_event/",
+      "chmod -R a+rX " .. dir,
+    }, " && "))
+    assert(ok, "could not prepare " .. dir)
+  end
+
+  local function start()
+    local template = assert(read("examples/openresty/nginx.conf"))
+    for attempt = 1, 8 do
+      port = 20000 + (os.time() * 7 + attempt * 7919 + math.random(0, 9999)) % 30000
+      local conf = template:gsub("@LUA_PATH@", dir .. "/lua/?.lua;" .. dir .. "/lua/?/init.lua")
+                           :gsub("@LUA_CPATH@", dir .. "/lib/?.so")
+                           :gsub("@PORT@", tostring(port))
+      local f = assert(io.open(dir .. "/conf/nginx.conf", "w"))
+      f:write(conf)
+      f:close()
+      local out, ok = sh("nginx -p " .. dir .. " -c " .. dir .. "/conf/nginx.conf")
+      if ok then
+        base = "http://127.0.0.1:" .. port
+        -- the master writes its pid, the worker accepts once it runs
+        for _ = 1, 100 do
+          local _, up = sh("curl -s -o /dev/null " .. base .. "/hello")
+          if up then return true end
+          sh("sleep 0.05")
+        end
+        error("nginx started but does not answer on " .. base .. "\n" .. (read(dir .. "/logs/error.log") or ""))
+      end
+      if not out:find("in use", 1, true) then error("nginx failed to start:\n" .. out) end
+    end
+    error("no free port on 127.0.0.1")
+  end
+
+  local function stop()
+    local pid = dir and read(dir .. "/logs/nginx.pid")
+    if pid and pid:match("%d+") then
+      sh("kill -QUIT " .. pid:match("%d+"))
+      for _ = 1, 100 do
+        if not select(2, sh("kill -0 " .. pid:match("%d+"))) then break end
+        sh("sleep 0.05")
+      end
+    end
+  end
+
+  local function get(path)
+    local out, ok = sh("curl -s -S --max-time 30 '" .. base .. path .. "'")
+    assert(ok, "curl " .. path .. ": " .. out)
+    return out
+  end
+
+  setup(function()
+    prepare()
+    start()
+  end)
+
+  teardown(function()
+    stop()
+    if dir and dir:find("^/tmp/pe%-nginx") then sh("rm -rf " .. dir) end
+  end)
+
+  it("runs its workers unprivileged", function()
+    local ps = sh("ps -o user=,cmd= --ppid " .. read(dir .. "/logs/nginx.pid"):match("%d+"))
+    assert.truthy(ps:find("worker process", 1, true), ps)
+    assert.is_nil(ps:find("^root"), "worker runs as root: " .. ps)
+  end)
+
+  it("logs the counters of every request in log_by_lua", function()
+    assert.equal("hello\n", get("/hello"))
+    assert.equal("hello\n", get("/hello"))
+    assert.equal("1000000\n", get("/work?n=3"))
+    local log = read(dir .. "/logs/error.log")
+    local n, work_tc = 0, nil
+    for uri, tc, pf, cs in log:gmatch("perf: (%S+) task%-clock=(%d+)ns page%-faults=(%d+) context%-switches=(%d+)") do
+      n = n + 1
+      assert.truthy(tonumber(pf) and tonumber(cs))
+      if uri == "/work" then work_tc = tonumber(tc) end
+    end
+    -- the readiness probes of start() and the three requests above
+    assert.truthy(n >= 3, log)
+    -- /work burns CPU in the worker: its task-clock is not zero
+    assert.truthy(work_tc and work_tc > 0, log)
+  end)
+
+  it("counts exactly the requests it logged", function()
+    local before = get("/perf/totals")
+    local r0 = tonumber(before:match("requests (%d+)"))
+    get("/hello")
+    get("/hello")
+    local after = get("/perf/totals")
+    -- the first /perf/totals was logged after it answered: +1, then 2 /hello
+    assert.equal(r0 + 3, tonumber(after:match("requests (%d+)")))
+  end)
+
+  it("samples the worker and answers folded stacks with nginx's own function names", function()
+    -- the profile waits (ngx.sleep) while the same worker serves /work
+    local tmp = dir .. "/profile.txt"
+    sh("curl -s --max-time 30 '" .. base .. "/perf/profile?seconds=2&hz=999' > " .. tmp .. " & " ..
+       "sleep 0.2; for i in 1 2 3 4 5 6 7 8 9 10; do curl -s '" .. base .. "/work' > /dev/null; done; wait")
+    local prof = assert(read(tmp))
+    local lines, total = 0, 0
+    for stack, count in prof:gmatch("([^\n]+) (%d+)\n") do
+      lines = lines + 1
+      total = total + tonumber(count)
+      assert.truthy(stack:find("^nginx;"), stack)
+    end
+    assert.truthy(lines > 0 and total > 0, prof)
+    -- ngx.encode_base64 goes through this exported function of the lua module
+    assert.truthy(prof:find("ngx_http_lua_ffi_encode_base64", 1, true), prof)
+  end)
+
+  it("leaves no error in the error log", function()
+    local log = read(dir .. "/logs/error.log")
+    for line in log:gmatch("[^\n]+") do
+      assert.is_nil(line:find("%[error%]") or line:find("%[alert%]") or line:find("%[crit%]")
+                    or line:find("%[emerg%]"), line)
+    end
+  end)
+end)
