@@ -135,7 +135,7 @@ local function read_mods(st)
       fail(st, start + i - 1, format("modifier '%s' given twice", c))
     end
   end
-  if #m > #MODCHARS then fail(st, start, "too many modifiers") end
+  if #m > 15 then fail(st, start, "too many modifiers") end
   return m, start
 end
 
@@ -143,7 +143,7 @@ local function b2i(v) return v and 1 or 0 end
 
 -- Applies a modifier string the way perf does.  group: the evsel already
 -- has modifiers (group modifiers start from its state).
-local function apply_mods(st, e, mods, pos, group)
+local function apply_mods(st, e, mods, pos, group, member)
   local a = e.attr
   local eu, ek, eh, eH, eG, eI, precise = 0, 0, 0, 0, 0, 0, 0
   local pinned, exclusive = 0, 0
@@ -183,7 +183,7 @@ local function apply_mods(st, e, mods, pos, group)
   local function flag(k, v) if v == 1 then a[k] = true else a[k] = nil end end
   flag("exclude_user", eu); flag("exclude_kernel", ek); flag("exclude_hv", eh)
   flag("exclude_host", eH); flag("exclude_guest", eG); flag("exclude_idle", eI)
-  flag("pinned", pinned); flag("exclusive", exclusive)
+  if not member then flag("pinned", pinned); flag("exclusive", exclusive) end
   a.precise_ip = precise > 0 and precise or nil
   e._exclude_GH = exclude_GH
 end
@@ -569,7 +569,7 @@ local function tracepoint_event(st, start, sys)
   local full = sys .. ":" .. name
   local list = {}
   if find(full, "[%*%?%[]") then
-    for _, n in ipairs(tp.list(full)) do
+    for _, n in ipairs(tp.list(full, true)) do
       local t = tp.tracepoint(n)
       if t and t.id then
         list[#list + 1] = new_entry(n, { type = TYPE.tracepoint, config = t.id }, start)
@@ -692,6 +692,7 @@ local function parse_event(st)
   end
   if #list > 0 then
     finish_mods(st, list, false)
+    for _, e in ipairs(list) do e.name = sub(st.s, start, st.pos - 1) end
     return list
   end
   if c == ":" then return tracepoint_event(st, start, word) end
@@ -747,7 +748,7 @@ local function parse_list(st)
       event_end(st)
       for i, e in ipairs(members) do
         if gmods ~= "" then
-          apply_mods(st, e, gmods, gpos, true)
+          apply_mods(st, e, gmods, gpos, true, i > 1)
           e.mods = e.mods .. gmods
         end
         e.group = ngroups

@@ -7,6 +7,7 @@ local fs = require("perf_event.fs")
 local tonumber, ipairs, type, tostring, pcall = tonumber, ipairs, type, tostring, pcall
 local match, gmatch, gsub, find, format = string.match, string.gmatch, string.gsub,
   string.find, string.format
+local sort = table.sort
 
 local M = {}
 
@@ -110,10 +111,8 @@ end
 
 local list_cache = {}
 
---- All tracepoints `sys:name`, sorted, optionally matching a glob.
--- @tparam[opt] string glob e.g. `"sched:*"`, `"syscalls:sys_enter_get*"`
--- @treturn table array of names (empty when tracefs is unreadable)
-function M.list(glob)
+-- all tracepoints in readdir order (cached per root)
+local function all_tracepoints()
   local root = M.root()
   if not root then return {} end
   local all = list_cache[root]
@@ -125,14 +124,29 @@ function M.list(glob)
     end
     list_cache[root] = all
   end
-  if not glob then return all end
+  return all
+end
+
+--- All tracepoints `sys:name`, optionally matching a glob.
+-- @tparam[opt] string glob e.g. `"sched:*"`, `"syscalls:sys_enter_get*"`
+-- @tparam[opt] boolean readdir_order keep tracefs' directory order (the
+--   order perf expands a glob in) instead of sorting
+-- @treturn table array of names (empty when tracefs is unreadable)
+function M.list(glob, readdir_order)
+  local all = all_tracepoints()
+  local out = {}
+  if not glob then
+    for i, n in ipairs(all) do out[i] = n end
+    if not readdir_order then sort(out) end
+    return out
+  end
   local pat = "^" .. gsub(gsub(gsub(glob, "[%^%$%(%)%%%.%+%-]", "%%%0"), "%*", "[^:]*"), "%?", "[^:]") .. "$"
   local ok = pcall(match, "", pat)
   if not ok then return {} end
-  local out = {}
   for _, n in ipairs(all) do
     if match(n, pat) then out[#out + 1] = n end
   end
+  if not readdir_order then sort(out) end
   return out
 end
 
