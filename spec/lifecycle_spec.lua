@@ -53,6 +53,7 @@ describe("events", function()
   end)
 
   it("an explicitly closed event unmaps at once", function()
+    collectgarbage(); collectgarbage()
     local maps = U.count_perf_maps()
     local ev = assert(pe.open({ type = "tracepoint", config = GETPPID, name = "s",
                                 sample_period = 1, sample_type = "ip" }, { pages = 2 }))
@@ -63,6 +64,7 @@ describe("events", function()
 
   it("closes at scope exit with <close> on Lua 5.4", function()
     if _VERSION ~= "Lua 5.4" then pending("to-be-closed variables need Lua 5.4") return end
+    collectgarbage(); collectgarbage()
     local fds = U.count_fds()
     local chunk = assert(load([[
       local pe = ...
@@ -77,6 +79,7 @@ end)
 
 describe("groups", function()
   it("close closes every member; use after close raises", function()
+    collectgarbage(); collectgarbage()
     local fds = U.count_fds()
     local g = assert(pe.group({ { type = "software", config = 1, name = "a" },
                                 { type = "software", config = 2, name = "b" } }))
@@ -99,6 +102,7 @@ describe("groups", function()
   end)
 
   it("a failing member closes the members already opened", function()
+    collectgarbage(); collectgarbage()
     local fds = U.count_fds()
     local g, msg, errno = pe.group({ { type = "software", config = 1, name = "a" },
                                      { type = "software", config = 77, name = "bad" } })
