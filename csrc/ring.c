@@ -369,7 +369,19 @@ static int l_poll(lua_State *L)
       return pe_push_syserror(L, "poll", ev_label(L, 1), errno, NULL);
     }
     if (rc == 0) { lua_pushboolean(L, 0); return 1; }
-    if (p.revents & POLLIN) { lua_pushboolean(L, 1); return 1; }
+    if (p.revents & POLLIN) {
+      /* a wakeup for records already consumed (the kernel clears its flag
+       * when polled, not when read): wait for the next one */
+      if (ev->data_pages && !unread(ev, st) && !(p.revents & POLLHUP)) {
+        if (timeout > 0) {
+          double left = deadline - now_ms();
+          timeout = left > 0 ? (int)left : 0;
+        }
+        continue;
+      }
+      lua_pushboolean(L, 1);
+      return 1;
+    }
     if (unread(ev, st)) { lua_pushboolean(L, 1); return 1; }
     lua_pushnil(L);
     lua_pushliteral(L, "hup");

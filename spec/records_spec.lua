@@ -1,0 +1,423 @@
+-- Records from the real kernel: exact sample counts and fields, tracepoint
+-- payloads, every side-band record type this machine emits (CHECKLIST K),
+-- callchains, per-CPU system-wide sampling.
+local pe = require("perf_event")
+local rb = require("support.rb_build")
+local U = require("support.util")
+
+local ME = U.pid()
+local NCPU = 0
+do
+  local f = io.open("/sys/devices/system/cpu/online")
+  local s = f:read("*l")
+  f:close()
+  for a, b in s:gmatch("(%d+)%-?(%d*)") do
+    NCPU = math.max(NCPU, tonumber(b ~= "" and b or a) + 1)
+  end
+end
+
+local function tp(sys, name, extra)
+  local a = { type = "tracepoint", config = U.tp_id(sys, name), exclude_kernel = false,
+              sample_period = 1, disabled = true, name = sys .. ":" .. name }
+  for k, v in pairs(extra or {}) do a[k] = v end
+  return a
+end
+
+local function sideband(extra)
+  local a = { type = "software", config = 9, sample_period = 1, disabled = true,
+              sample_id_all = true, sample_type = "tid|time", exclude_kernel = false,
+              name = "dummy" }
+  for k, v in pairs(extra or {}) do a[k] = v end
+  return a
+end
+
+local function drain(ev, into)
+  into = into or {}
+  for rec in ev:records() do into[#into + 1] = rec end
+  return into
+end
+
+-- one event per CPU (pid, cpu=c); returns the array
+local function per_cpu(spec, pid, pages)
+  local evs = {}
+  for c = 0, NCPU - 1 do
+    evs[#evs + 1] = assert(pe.open(spec, { pid = pid, cpu = c, pages = pages or 16 }))
+  end
+  return evs
+end
+
+local function all(evs, f)
+  for _, ev in ipairs(evs) do f(ev) end
+end
+
+local function need_root()
+  if not U.is_root() then pending("needs root") return false end
+  return true
+end
+
+describe("samples", function()
+  it("N getppid calls at period 1 give exactly N samples with our pid/tid and ordered time", function()
+    local ev = assert(pe.open(tp("syscalls", "sys_enter_getppid",
+      { sample_type = "ip|tid|time|cpu|period" }), { pages = 64 }))
+    assert(ev:enable())
+    rb.getppid(1000)
+    assert(ev:disable())
+    local n, last = 0, -1
+    local tid = rb.gettid()
+    for rec in ev:records() do
+      assert.equal("sample", rec.type)
+      assert.equal(ME, rec.pid)
+      assert.equal(tid, rec.tid)
+      assert.equal(1, rec.period)
+      assert.is_true(rec.cpu >= 0 and rec.cpu < NCPU)
+      assert.is_true(rec.time >= last)
+      last = rec.time
+      n = n + 1
+    end
+    assert.equal(1000, n)
+    assert.equal(0, ev:lost())
+    ev:close()
+  end)
+
+  it("decodes every sample_type bit a software event allows, in the kernel's order", function()
+    local ev = assert(pe.open({ type = "software", config = 0, sample_period = 200000,
+      sample_type = "identifier|ip|tid|time|addr|id|stream_id|cpu|period|read|callchain|" ..
+                    "regs_user|stack_user|weight|data_src|transaction|regs_intr|phys_addr|" ..
+                    "cgroup|data_page_size|code_page_size",
+      read_format = "id|total_time_enabled|total_time_running",
+      sample_regs_user = 0xff0fff, sample_regs_intr = 0xff0fff, sample_stack_user = 512,
+      exclude_kernel = false, disabled = true, name = "cpu-clock" }, { pages = 64 }))
+    assert(ev:enable())
+    rb.spin(20)
+    assert(ev:disable())
+    local recs = drain(ev)
+    assert.is_true(#recs >= 3)
+    local id = ev:id()
+    for _, r in ipairs(recs) do
+      assert.equal("sample", r.type)
+      assert.equal(id, r.id)
+      assert.equal(id, r.stream_id)
+      assert.equal(ME, r.pid)
+      assert.equal(200000, r.period)
+      assert.equal(id, r.read.id)
+      assert.equal(0x1e05080021, r.data_src.value)        -- PERF_MEM_NA (E33)
+      assert.equal("na", r.data_src.op_names)
+      assert.equal(0, r.weight)
+      assert.equal(0, r.transaction.value)
+      if r.regs_user.abi ~= 0 then
+        assert.equal(2, r.regs_user.abi)
+        assert.is_not_nil(r.regs_user.ip)
+        assert.is_not_nil(r.regs_user.r15)
+        assert.equal(512, r.stack_user.size)
+        assert.equal(512, #r.stack_user.data)
+      end
+      assert.equal(2, r.regs_intr.abi)
+      assert.is_not_nil(r.regs_intr.sp)
+      assert.is_not_nil(r.cgroup)
+      assert.is_true(type(r.callchain) == "table")
+    end
+    ev:close()
+  end)
+
+  it("a cpu-clock sample inside a known C function has it in the callchain", function()
+    local lo, hi = rb.spin_range()
+    local ev = assert(pe.open({ type = "software", config = 0, sample_period = 100000,
+      sample_type = "ip|tid|callchain", disabled = true, exclude_kernel = false,
+      name = "cpu-clock" }, { pages = 64 }))
+    assert(ev:enable())
+    rb.spin(30)
+    assert(ev:disable())
+    local found, user_ctx = 0, false
+    for rec in ev:records() do
+      for _, ip in ipairs(rec.callchain) do
+        if ip == "user" then user_ctx = true end
+        if type(ip) == "number" and ip >= lo and ip < hi then found = found + 1 break end
+      end
+    end
+    assert.is_true(user_ctx)
+    assert.is_true(found >= 1)
+    ev:close()
+  end)
+
+  it("raises a clean error when the ring is read after close", function()
+    local ev = assert(pe.open(tp("syscalls", "sys_enter_getppid", { sample_type = "tid" })))
+    ev:close()
+    assert.has_error(function() for _ in ev:records() do end end)
+  end)
+end)
+
+describe("tracepoint fields", function()
+  it("sys_enter_write samples decode fd and count as passed", function()
+    local ev = assert(pe.open(tp("syscalls", "sys_enter_write",
+      { sample_type = "tid|raw" }), { pages = 16 }))
+    local fd = ev:fd()
+    assert(ev:enable())
+    rb.write(fd, 123, 3)       -- fails with EINVAL on a perf fd; the tracepoint fires first
+    rb.write(fd, 7, 2)
+    assert(ev:disable())
+    local got = {}
+    for rec in ev:records() do
+      if rec.pid == ME then got[#got + 1] = rec.fields end
+    end
+    assert.equal(5, #got)
+    for i = 1, 5 do
+      assert.equal(fd, got[i].fd)
+      assert.equal(i <= 3 and 123 or 7, got[i].count)
+      assert.equal(ME, got[i].common_pid)
+      assert.equal(1, got[i].__syscall_nr)
+    end
+    ev:close()
+  end)
+
+  it("a __data_loc string decodes (sched_process_exec filename)", function()
+    if not need_root() then return end
+    local evs = per_cpu(tp("sched", "sched_process_exec", { sample_type = "tid|raw" }), -1)
+    all(evs, function(e) assert(e:enable()) end)
+    local child = rb.child("exec")
+    all(evs, function(e) assert(e:disable()) end)
+    local hit
+    for _, e in ipairs(evs) do
+      for rec in e:records() do
+        if rec.fields and rec.fields.pid == child then hit = rec.fields end
+      end
+      e:close()
+    end
+    assert.is_not_nil(hit)
+    assert.equal("/bin/true", hit.filename)
+    assert.equal(child, hit.old_pid)
+  end)
+
+  it("decodes signed and unsigned integers of each size and fixed arrays", function()
+    local records = require("perf_event.records")
+    local raw = "\1\0" .. "\255" .. "\128" .. "\255\255\255\255" ..         -- u16 1, u8 255, s8 -128, s32 -1
+                "\254\255\255\255\255\255\255\255" ..                      -- s64 -2
+                "abc\0\0\0\0\0" ..                                         -- char[8]
+                "\1\0\2\0\3\0\4\0" ..                                      -- u16[4]
+                "\40\0\5\0" .. "\0\0\0\0" .. "hello\0\0\0"                 -- data_loc(off 40,len 5), pad, str
+    local fmt = { fields = {
+      { name = "a", type = "unsigned short", offset = 0, size = 2, signed = false },
+      { name = "b", type = "unsigned char", offset = 2, size = 1, signed = false },
+      { name = "c", type = "signed char", offset = 3, size = 1, signed = true },
+      { name = "d", type = "int", offset = 4, size = 4, signed = true },
+      { name = "e", type = "s64", offset = 8, size = 8, signed = true },
+      { name = "f", type = "char", offset = 16, size = 8, signed = false, array = 8 },
+      { name = "g", type = "u16", offset = 24, size = 8, signed = false, array = 4 },
+      { name = "h", type = "__data_loc char[]", offset = 32, size = 4, signed = false, data_loc = true },
+    } }
+    local v = records.decode_fields(raw, fmt)
+    assert.equal(1, v.a)
+    assert.equal(255, v.b)
+    assert.equal(-128, v.c)
+    assert.equal(-1, v.d)
+    assert.equal(-2, v.e)
+    assert.equal("abc", v.f)
+    assert.same({ 1, 2, 3, 4 }, v.g)
+    assert.equal("hello", v.h)
+  end)
+end)
+
+describe("side-band records", function()
+  it("MMAP2 for a library dlopen'ed while sampling, with its path", function()
+    local path = ("/tmp/rb_dl_%d.so"):format(ME)
+    assert(os.execute("cp build/test/libpetarget.so " .. path) == true or true)
+    local ev = assert(pe.open(sideband({ mmap = true, mmap2 = true }), { pages = 16 }))
+    assert(ev:enable())
+    assert(rb.dlopen(path))
+    assert(ev:disable())
+    local exec
+    for rec in ev:records() do
+      if rec.type == "mmap2" and rec.filename == path and rec.prot % 8 >= 4 then exec = rec end
+    end
+    os.remove(path)
+    assert.is_not_nil(exec)
+    assert.equal(ME, exec.pid)
+    assert.is_true(exec.len > 0)
+    assert.is_not_nil(exec.ino or exec.build_id)
+    ev:close()
+  end)
+
+  it("COMM, FORK and EXIT for a spawned child with inherit", function()
+    local evs = per_cpu(sideband({ comm = true, comm_exec = true, task = true, inherit = true }), 0)
+    all(evs, function(e) assert(e:enable()) end)
+    local child = rb.child("exec")
+    all(evs, function(e) assert(e:disable()) end)
+    local fork, comm, exit
+    for _, e in ipairs(evs) do
+      for rec in e:records() do
+        if rec.type == "fork" and rec.pid == child then fork = rec end
+        if rec.type == "comm" and rec.pid == child then comm = rec end
+        if rec.type == "exit" and rec.pid == child then exit = rec end
+      end
+      e:close()
+    end
+    assert.is_not_nil(fork)
+    assert.equal(ME, fork.ppid)
+    assert.is_not_nil(comm)
+    assert.equal("true", comm.comm)
+    assert.is_true(comm.exec)
+    assert.is_not_nil(exit)
+    assert.is_true(exit.time >= fork.time)
+  end)
+
+  it("SWITCH records with context_switch, both directions", function()
+    local ev = assert(pe.open(sideband({ context_switch = true }), { pages = 16 }))
+    assert(ev:enable())
+    rb.child("sleep", 20)       -- we block in waitpid: switched out and back in
+    assert(ev:disable())
+    local out, inn = 0, 0
+    for rec in ev:records() do
+      if rec.type == "switch" then
+        assert.equal(ME, rec.pid)
+        if rec.out then out = out + 1 else inn = inn + 1 end
+      end
+    end
+    assert.is_true(out >= 1 and inn >= 1)
+    ev:close()
+  end)
+
+  it("THROTTLE/UNTHROTTLE when the rate passes perf_event_max_sample_rate (restored)", function()
+    if not need_root() then return end
+    local file = "/proc/sys/kernel/perf_event_max_sample_rate"
+    local f = io.open(file)
+    local saved = f:read("*l")
+    f:close()
+    local function set(v)
+      local w = assert(io.open(file, "w"))
+      w:write(v)
+      w:close()
+    end
+    local ok, err = pcall(function()
+      set("1000")
+      local ev = assert(pe.open({ type = "software", config = 0, sample_period = 10000,
+        sample_type = "tid|time|id", sample_id_all = true, disabled = true,
+        exclude_kernel = false, name = "cpu-clock" }, { pages = 64 }))
+      assert(ev:enable())
+      rb.spin(150)
+      assert(ev:disable())
+      local th, un = 0, 0
+      for rec in ev:records() do
+        if rec.type == "throttle" then th = th + 1; assert.equal(ev:id(), rec.id) end
+        if rec.type == "unthrottle" then un = un + 1 end
+      end
+      ev:close()
+      assert.is_true(th >= 1)
+      assert.is_true(un >= 1)
+    end)
+    set(saved)
+    local g = io.open(file)
+    assert.equal(saved, g:read("*l"))
+    g:close()
+    assert(ok, err)
+  end)
+
+  it("READ records with inherit_stat carry the child's exact count", function()
+    -- 6.18 does not emit them for every exiting child (about one in three
+    -- here): retry with new children until one shows up, then check it exactly
+    local reads, sum
+    for _ = 1, 20 do
+      local evs = per_cpu({ type = "tracepoint", config = U.tp_id("syscalls", "sys_enter_getppid"),
+        exclude_kernel = false, disabled = true, inherit = true, inherit_stat = true,
+        sample_id_all = true, sample_type = "tid", name = "getppid" }, 0, 1)
+      all(evs, function(e) assert(e:enable()) end)
+      local child = rb.child("getppid", 7)
+      all(evs, function(e) assert(e:disable()) end)
+      reads, sum = 0, 0
+      for _, e in ipairs(evs) do
+        for rec in e:records() do
+          -- one READ per inherited per-CPU event; together they hold the count
+          if rec.type == "read" and rec.pid == child then
+            assert.equal(child, rec.tid)
+            reads = reads + 1
+            sum = sum + rec.values.value
+          end
+        end
+        e:close()
+      end
+      if reads > 0 then break end
+    end
+    assert.is_true(reads >= 1)
+    assert.equal(7, sum)
+  end)
+
+  it("NAMESPACES records (nr 7) for a child that unshares", function()
+    if not need_root() then return end
+    local evs = per_cpu(sideband({ namespaces = true, task = true, inherit = true }), 0)
+    all(evs, function(e) assert(e:enable()) end)
+    local child = rb.child("unshare", 1)
+    all(evs, function(e) assert(e:disable()) end)
+    local ns
+    for _, e in ipairs(evs) do
+      for rec in e:records() do
+        if rec.type == "namespaces" and rec.pid == child then ns = rec end
+      end
+      e:close()
+    end
+    assert.is_not_nil(ns)
+    assert.equal(7, ns.nr_namespaces)
+    assert.equal(7, #ns.namespaces)
+    assert.is_not_nil(ns.namespaces.uts.inode)
+  end)
+
+  it("KSYMBOL and BPF_EVENT for a BPF program loaded and unloaded", function()
+    if not need_root() then return end
+    local ev = assert(pe.open(sideband({ ksymbol = true, bpf_event = true }), { pages = 16 }))
+    assert(ev:enable())
+    assert(rb.bpf_cycle())
+    assert(ev:disable())
+    local ks, bpf = {}, {}
+    for rec in ev:records() do
+      if rec.type == "ksymbol" then ks[#ks + 1] = rec end
+      if rec.type == "bpf_event" then bpf[#bpf + 1] = rec end
+    end
+    ev:close()
+    assert.equal(2, #ks)
+    assert.is_false(ks[1].unregister)
+    assert.is_true(ks[2].unregister)
+    assert.equal(1, ks[1].ksym_type)            -- BPF
+    assert.equal(2, #bpf)
+    assert.equal(1, bpf[1].bpf_type)            -- PROG_LOAD
+    assert.equal(2, bpf[2].bpf_type)            -- PROG_UNLOAD
+    assert.equal(bpf[1].id, bpf[2].id)
+    assert.equal(16, #bpf[1].tag)
+  end)
+
+  it("CGROUP record for a new cgroup directory, with its path", function()
+    if not need_root() then return end
+    local root = "/sys/fs/cgroup/unified"
+    local f = io.open(root .. "/cgroup.procs")
+    if not f then pending("no cgroup2 at " .. root) return end
+    f:close()
+    local name = ("rb_cg_%d"):format(ME)
+    local ev = assert(pe.open(sideband({ cgroup = true }), { pages = 16 }))
+    assert(ev:enable())
+    assert(rb.mkdir(root .. "/" .. name))
+    assert(ev:disable())
+    assert(rb.rmdir(root .. "/" .. name))
+    local cg
+    for rec in ev:records() do
+      if rec.type == "cgroup" and rec.path == "/" .. name then cg = rec end
+    end
+    ev:close()
+    assert.is_not_nil(cg)
+    assert.is_true(cg.id ~= 0)
+  end)
+end)
+
+describe("system-wide sampling", function()
+  it("one ring per CPU (pid=-1) sees exactly our N samples", function()
+    if not need_root() then return end
+    local evs = per_cpu(tp("syscalls", "sys_enter_getppid", { sample_type = "tid|cpu" }), -1, 64)
+    all(evs, function(e) assert(e:enable()) end)
+    rb.getppid(300)
+    all(evs, function(e) assert(e:disable()) end)
+    local n = 0
+    for c, e in ipairs(evs) do
+      for rec in e:records() do
+        assert.equal(c - 1, rec.cpu)
+        if rec.pid == ME then n = n + 1 end
+      end
+      e:close()
+    end
+    assert.equal(300, n)
+  end)
+end)
