@@ -28,8 +28,35 @@ static int l_scale(lua_State *L)
   return 1;
 }
 
+/* core.explain(errno, attr [, {pid=, cpu=, cgroup=bool, name=}]) -> the
+ * message perf_event_open's errno gets for this attr: the hint table made
+ * visible, for teaching and for checking every errno of CHECKLIST I. */
+static int l_explain(lua_State *L)
+{
+  int err = (int)luaL_checkinteger(L, 1);
+  struct pe_attr a;
+  int pid = 0, cpu = -1;
+  unsigned long flags = 0;
+  const char *name = "event";
+  char hint[512];
+  pe_attr_from_table(L, 2, &a, 0);
+  if (lua_istable(L, 3)) {
+    lua_getfield(L, 3, "pid");
+    if (lua_isnumber(L, -1)) pid = (int)lua_tointeger(L, -1);
+    lua_getfield(L, 3, "cpu");
+    if (lua_isnumber(L, -1)) cpu = (int)lua_tointeger(L, -1);
+    lua_getfield(L, 3, "cgroup");
+    if (lua_toboolean(L, -1)) flags |= PE_FLAG_PID_CGROUP;
+    lua_getfield(L, 3, "name");
+    if (lua_isstring(L, -1)) name = lua_tostring(L, -1);
+  }
+  pe_push_errmsg(L, "perf_event_open", name, err,
+                 pe_open_hint(hint, sizeof hint, err, &a, pid, cpu, flags));
+  return 1;
+}
+
 static const luaL_Reg funcs[] = {
-  {"scale", l_scale},
+  {"scale", l_scale}, {"explain", l_explain},
   {"attr_encode", pe_l_attr_encode}, {"attr_decode", pe_l_attr_decode},
   {"bits", pe_l_bits}, {"decode_read", pe_l_decode_read},
   {"strerror", l_strerror}, {"u64", l_u64}, {NULL, NULL}

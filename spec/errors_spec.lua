@@ -207,3 +207,36 @@ describe("strerror", function()
     assert.equal("EACCES", name)
   end)
 end)
+
+describe("the hint for every perf_event_open errno (CHECKLIST I; simulated where the kernel cannot be made to fail so)", function()
+  local sw = { type = "software", config = 1 }
+  local cases = {
+    { 7, sw, nil, "E2BIG", "attr size" },
+    { 13, sw, nil, "EACCES", "perf_event_paranoid=" },
+    { 13, sw, { pid = -1, cpu = 0 }, "EACCES", "CAP_PERFMON" },
+    { 9, sw, nil, "EBADF", "group_fd" },
+    { 9, sw, { cgroup = true, cpu = 0 }, "EBADF", "cgroup" },
+    { 16, sw, nil, "EBUSY", "exclusive access" },
+    { 14, sw, nil, "EFAULT", "not readable" },
+    { 4, sw, nil, "EINTR", "uprobe" },
+    { 22, { type = "software", config = 1, inherit_thread = true }, nil, "EINVAL", "inherit_thread requires inherit" },
+    { 22, { type = "breakpoint", bp_type = 1 }, nil, "EINVAL", "bp_type" },
+    { 24, sw, nil, "EMFILE", "RLIMIT_NOFILE" },
+    { 19, sw, nil, "ENODEV", "CPU model" },
+    { 2, { type = "hardware", config = 0 }, nil, "ENOENT", "no hardware PMU" },
+    { 2, sw, { cgroup = true, cpu = 0 }, "ENOENT", "perf_event controller" },
+    { 28, { type = "breakpoint", bp_type = 2 }, nil, "ENOSPC", "at most 4" },
+    { 38, sw, nil, "ENOSYS", "not supported" },
+    { 95, { type = "software", config = 0, precise_ip = 2 }, nil, "EOPNOTSUPP", "precise" },
+    { 75, { type = "software", config = 0, sample_max_stack = 500 }, nil, "EOVERFLOW", "perf_event_max_stack" },
+    { 1, { type = "breakpoint", bp_type = 2 }, nil, "EPERM", "kernel-address breakpoint" },
+    { 3, sw, { pid = 4242 }, "ESRCH", "4242" },
+  }
+  for _, c in ipairs(cases) do
+    it(("explains %s (%s)"):format(c[4], c[5]), function()
+      local msg = core.explain(c[1], c[2], c[3])
+      assert.matches("perf_event_open(event): " .. c[4] .. ": ", msg, 1, true)
+      assert.matches(c[5], msg, 1, true)
+    end)
+  end
+end)

@@ -9,7 +9,7 @@ local GETPPID = U.tp_id("syscalls", "sys_enter_getppid")
 local CLOSE = U.tp_id("syscalls", "sys_enter_close")
 
 local function sampler(extra, opts)
-  local a = { type = "tracepoint", config = GETPPID, sample_period = 1, sample_type = "ip|tid",
+  local a = { type = "tracepoint", config = GETPPID, sample_period = 1, sample_type = "ip|tid|id",
               name = "getppid" }
   for k, v in pairs(extra or {}) do a[k] = v end
   return assert(pe.open(a, opts))
@@ -63,6 +63,17 @@ describe("set_output", function()
     local b = sampler({ name = "b" }, { pages = false })
     assert.is_false(b:info().mapped)
     assert.is_true(b:set_output(a))
+    -- the effect: b's samples land in a's ring, told apart by their ids
+    petest.getppid(6)
+    local ids = {}
+    for rec in a:records() do
+      if rec.type == "sample" then
+        local k = tostring(rec.id)
+        ids[k] = (ids[k] or 0) + 1
+      end
+    end
+    assert.equal(6, ids[tostring(a:id())])
+    assert.equal(6, ids[tostring(b:id())])
     local ok, msg, errno = b:set_output(b)
     assert.is_nil(ok); assert.equal(22, errno); assert.matches("EINVAL", msg)
     ok, _, errno = b:set_output(0)            -- stdin is no perf fd
