@@ -9,6 +9,7 @@ local pe = require("perf_event")
 local g = assert(pe.group({ "task-clock", "page-faults", "context-switches" }))
 local t = {}
 for i = 1, 200000 do t[i] = tostring(i) end     -- the work being measured
+assert(#t == 200000)
 g:disable()
 local r = g:read()
 g:close()

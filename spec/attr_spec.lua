@@ -155,7 +155,7 @@ describe("64-bit values", function()
       assert.equal("ffffffffffffff01", U.hex_at(enc({ config = v }), 8, 8))
       local i = assert(load("return -2LL"))()
       assert.equal("fffffffffffffffe", U.hex_at(enc({ config = i }), 8, 8))
-    elseif math.type then
+    elseif rawget(math, "type") then
       local v = assert(load("return 0x8000000000000003"))()   -- wraps to an integer
       assert.equal("8000000000000003", U.hex_at(enc({ config = v }), 8, 8))
     else

@@ -6,7 +6,6 @@ local petest = require("petest")
 local U = require("support.util")
 
 local GETPPID = U.tp_id("syscalls", "sys_enter_getppid")
-local CLOSE = U.tp_id("syscalls", "sys_enter_close")
 
 local function tp(id, extra)
   local a = { type = "tracepoint", config = id, exclude_kernel = false, name = "getppid" }

@@ -208,7 +208,8 @@ describe("strerror", function()
   end)
 end)
 
-describe("the hint for every perf_event_open errno (CHECKLIST I; simulated where the kernel cannot be made to fail so)", function()
+-- simulated where the kernel here cannot be made to fail that way
+describe("the hint for every perf_event_open errno (CHECKLIST I)", function()
   local sw = { type = "software", config = 1 }
   local cases = {
     { 7, sw, nil, "E2BIG", "attr size" },

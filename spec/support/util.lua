@@ -77,7 +77,8 @@ end
 function U.hex(v)
   if type(v) == "string" then return (v:gsub("^0x", "")) end
   if type(v) == "cdata" then return ("%x"):format(v) end
-  if math.type and math.type(v) == "integer" then return ("%x"):format(v) end
+  local mtype = rawget(math, "type")
+  if mtype and mtype(v) == "integer" then return ("%x"):format(v) end
   return ("%x"):format(v)
 end
 
