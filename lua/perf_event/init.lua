@@ -216,6 +216,123 @@ M.enable_all = core.enable_all
 --- Disables every event this process created (prctl).
 M.disable_all = core.disable_all
 
+--- Events.
+-- The userdata `pe.open` returns (metatable `"perf_event.event"`, methods in C).
+-- A failed system call returns `nil, message, errno`; using a closed event raises.
+-- @type event
+
+--- Starts counting (`PERF_EVENT_IOC_ENABLE`); on a group leader, the whole group.
+-- @function event:enable
+-- @tparam[opt] boolean group pass `PERF_IOC_FLAG_GROUP` (act on the whole group from any member)
+-- @treturn[1] true
+-- @treturn[2] nil
+-- @treturn[2] string message
+-- @treturn[2] number errno
+
+--- Stops counting (`PERF_EVENT_IOC_DISABLE`). On a member, only that member unless `group`.
+-- @function event:disable
+-- @tparam[opt] boolean group
+
+--- Zeroes the count (`PERF_EVENT_IOC_RESET`); time_enabled/running keep running.
+-- @function event:reset
+-- @tparam[opt] boolean group
+
+--- Reads the counter: through the user page when the kernel allows it, else read(2).
+-- @function event:read
+-- @treturn[1] value, scaled by time_enabled/time_running when multiplexed
+-- @treturn[1] time_enabled ns (nil when read_format lacks it)
+-- @treturn[1] time_running ns
+-- @treturn[2] nil
+-- @treturn[2] string message (a 0-byte read: a pinned event in error state)
+-- @treturn[2] number errno
+
+--- Reads and decodes the whole read_format, unscaled: `{value=, id=, lost=,
+-- time_enabled=, time_running=}`, or with GROUP `{nr=, values={...}, ...}`.
+-- @function event:read_raw
+-- @treturn table
+-- @treturn number bytes the kernel returned
+
+--- Adds n to the overflow budget (`IOC_REFRESH`); at 0 the kernel disables the event.
+-- @function event:refresh
+-- @tparam integer n
+
+--- Sets a new sample period (or frequency for freq events) at once (`IOC_PERIOD`).
+-- @function event:period
+-- @param n 64-bit integer
+
+--- Sends this event's records into `target`'s ring (`IOC_SET_OUTPUT`); nil detaches.
+-- @function event:set_output
+-- @param target an event, an fd, or nil
+
+--- Sets an ftrace filter on a tracepoint or uprobe event (`IOC_SET_FILTER`); once only.
+-- @function event:set_filter
+-- @tparam string filter e.g. `"fd == 1"`
+
+--- Attaches a loaded BPF program (`IOC_SET_BPF`).
+-- @function event:set_bpf
+-- @tparam integer prog_fd
+
+--- Pauses (true) or resumes (false) writing into the ring (`IOC_PAUSE_OUTPUT`).
+-- @function event:pause_output
+-- @tparam boolean pause
+
+--- Changes breakpoint fields in place (`IOC_MODIFY_ATTRIBUTES`): bp_addr, bp_len, bp_type, sig_data.
+-- @function event:modify
+-- @tparam table fields
+
+--- Lists the ids of the BPF programs attached (`IOC_QUERY_BPF`): `{id, ..., prog_cnt=}`.
+-- @function event:query_bpf
+-- @tparam[opt=64] integer max
+
+--- The kernel's id of this event (`IOC_ID`), as in read_format ID and sample ID.
+-- @function event:id
+
+--- The file descriptor, for poll/epoll loops.
+-- @function event:fd
+
+--- The event's name (the spec string, or `name=`).
+-- @function event:name
+
+--- A copy of the attr the kernel was given, as a table (as `pe.attr` returns).
+-- @function event:attr
+
+--- What the binding knows: fd, id, pid, cpu, read_format, sample_type, mapped, pages,
+-- rdpmc (the user-page read is used), auto_exclude_kernel and a note when perf's
+-- user-space-only fallback was applied.
+-- @function event:info
+
+--- Closes the fd and unmaps; idempotent; also `__gc` and `__close`.
+-- @function event:close
+
+--- Groups.
+-- The userdata `pe.group` returns (metatable `"perf_event.group"`): its members are
+-- scheduled together and read at once. It also has every event method above, applied
+-- to its leader (`g:fd()`, `g:refresh(n)`, ...).
+-- @type group
+
+--- Enables, disables or resets every member (`PERF_IOC_FLAG_GROUP` on the leader).
+-- @function group:enable
+
+--- @function group:disable
+
+--- @function group:reset
+
+--- Reads every member at once.
+-- @function group:read
+-- @tparam[opt] table t a table to fill (reused: no allocation per read)
+-- @treturn table `t[i]` and `t[name]` the scaled value of member i, `t.time_enabled`,
+-- `t.time_running`
+
+--- The member events, leader first.
+-- @function group:members
+
+--- Member i as an event.
+-- @function group:event
+-- @tparam integer i
+
+--- Closes every member, leader last; idempotent; also `__gc` and `__close`.
+-- @function group:close
+
 -- groups forward the remaining ioctls to their leader
 do
   local gidx = core.group_mt.__index
