@@ -229,3 +229,111 @@ describe("perf oracle (perf record -vv, sampling terms)", function()
   end)
   os.remove(tmpdata)
 end)
+
+-- Fixture PMU trees (Intel/AMD/ARM-like, spec/fixtures/sysfs/*): perf itself
+-- reads them when they are bind-mounted over /sys/bus/event_source/devices in
+-- a private mount namespace, so perf stays the oracle for formats this
+-- machine lacks (non-contiguous ranges, config1:0-63, `?` parameters, ...).
+local pmu = require("perf_event.pmu")
+
+local FIXTURE_STRINGS = {
+  intel = {
+    "cpu/event=0x3c/", "cpu/event=0x3c,umask=0x1,edge,inv,cmask=3/", "cpu/cpu-cycles/",
+    "cpu/mem-loads/", "cpu/mem-loads,ldlat=30/", "cpu/offcore_rsp=0xffffffffffffffff/",
+    "cpu/offcore_rsp=0x8000000000000001,event=0xb7,umask=1/u", "cpu/event=0x100/",
+    "cpu/in_tx,in_tx_cp/", "cpu/cycles-ct/k", "cpu/topdown-total-slots/",
+    "uncore_imc_0/cas_count_read/", "uncore_imc/cas_count_read/", "imc/cas_count_read/",
+    "uncore_imc_*/event=0x4/", "power/energy-pkg/", "power/energy-cores/u", "msr/smi/",
+    "cpu/nosuch/", "cpu/event=0x3c,ldlat=3/", "cpu/frontend=0x800000/", "cpu/umask=0x100/",
+    "cpu/event=0x3c/pp", "{cpu/event=0x3c/,cpu/event=0xc0/}:u", "cpu/config=0x1234,event=0x3c/",
+    "cpu/event=0x3c,config1=0x10/", "cpu/instructions/", "cpu/event=0x3c,name=foo/",
+    "cpu_core/event=0x3c/", "cpu_atom/event=0x3c,umask=2/", "mem-loads", "cpu/mem-loads,umask=2/",
+  },
+  amd = {
+    "cpu/event=0x1ff,umask=3/u", "cpu/event=0xfff/", "cpu/event=0x1000/",
+    "amd_df/dram_channel_data_controller_0/", "amd_df/event=0x7ff/", "amd_df/event=0x3fff/",
+    "amd_df/event=0x4000/", "ibs_op/cnt_ctl/", "ibs_op/cnt_ctl=1/", "ibs_op/cnt_ctl=2/",
+    "amd_df/event=0x3fff,umask=0xff/k", "cpu/event=0xc0,inv,cmask=0xff/", "df/event=1/",
+  },
+  arm = {
+    "armv8_pmuv3_0/event=0x11/", "armv8_pmuv3_0/cpu_cycles,long/", "armv8_pmuv3_0/inst_retired/u",
+    "arm_spe_0/ts_enable,pa_enable,jitter,load_filter,min_latency=20,event_filter=0x8000000000000002/",
+    "arm_cmn_0/hnf_cache_miss,nodeid=0x68/", "arm_cmn_0/hnf_cache_miss/",
+    "arm_cmn_0/xp_txflit,occupid=1,nodeid=2/", "arm_cmn_0/xp_txflit,nodeid=2/",
+    "arm_cmn_0/wp_dev_sel=0xf/", "arm_cmn_0/wp_dev_sel=0x10/", "arm_cmn_0/wp_val=0xffffffffffffffff/",
+    "arm_cmn_0/dtc_cycles/", "arm_cmn_0/nodeid=0xffff,eventid=0x7ff/", "arm_spe_0/min_latency=0x1000/",
+    "arm_cmn_0/type=0x5,eventid=0x1,nodeid=0x68/",
+  },
+}
+
+local can_unshare = have_perf and
+  sh("unshare -m true && echo yes"):match("yes") ~= nil
+
+-- runs perf stat -vv for every string inside one private mount namespace
+local function perf_on_fixture(tree, strings)
+  local script = { "mount --bind " .. quote(tree) .. " /sys/bus/event_source/devices || exit 1" }
+  for i, s in ipairs(strings) do
+    script[#script + 1] = "echo '@@@ " .. i .. "'; perf stat -vv -e " .. quote(s) .. " -- true 2>&1"
+  end
+  local out = sh("env -u LD_PRELOAD unshare -m sh -c " .. quote(table.concat(script, "\n")))
+  local res = {}
+  local chunks = {}
+  for i, chunk in (out .. "@@@ 0\n"):gmatch("@@@ (%d+)\n(.-)\n?%f[@]") do chunks[#chunks + 1] = { i, chunk } end
+  for _, c in ipairs(chunks) do
+    local i, chunk = c[1], c[2]
+    local blocks, cur = {}, nil
+    for line in chunk:gmatch("[^\n]*") do
+      if line == "perf_event_attr:" then
+        cur = { fields = {} }
+        blocks[#blocks + 1] = cur
+      elseif cur and line:match("^%-%-%-%-") then
+        cur.closed = true
+      elseif cur and not cur.closed then
+        local k, v = line:match("^  (.-)%s%s+(%S+)$")
+        if k then cur.fields[k] = v end
+      elseif cur and line:match("^sys_perf_event_open failed") then
+        cur.failed = true
+      end
+    end
+    res[tonumber(i)] = { blocks = blocks, out = chunk }
+  end
+  res[0] = nil
+  return res
+end
+
+describe("perf oracle on fixture PMU trees", function()
+  if not can_unshare then
+    it("needs perf and unshare -m (root)", function() pending("no perf or no mount namespaces") end)
+    return
+  end
+  for tree, strings in pairs(FIXTURE_STRINGS) do
+    describe(tree, function()
+      local root = "spec/fixtures/sysfs/" .. tree
+      local results
+      setup(function()
+        results = perf_on_fixture(root, strings)
+        pmu.set_root(root)
+      end)
+      teardown(function() pmu.set_root(nil) end)
+      for i, str in ipairs(strings) do
+        it("agrees with perf on '" .. str .. "'", function()
+          local r = results[i]
+          assert.is_truthy(r, "no perf output")
+          local list, err = parse.parse(str)
+          if #r.blocks == 0 then
+            assert.is_nil(list, "perf rejects '" .. str .. "' but we accept it:\n" .. r.out)
+            assert.truthy(err:find("^", 1, true))
+          else
+            assert.is_truthy(list, err)
+            for j, b in ipairs(r.blocks) do
+              if j > #list then break end
+              compare(list[j].attr, b.fields, IDENTITY)
+              compare(list[j].attr, b.fields, FLAGS)
+              if b.failed then break end
+            end
+          end
+        end)
+      end
+    end)
+  end
+end)

@@ -47,11 +47,13 @@ local function lines_of(cmd, unsorted)
   return out
 end
 
---- Sorted names in a directory (no `.`/`..`); empty if it does not exist.
+--- Names in a directory (no `.`/`..`); empty if it does not exist.
 -- @tparam string dir
+-- @tparam[opt] boolean readdir_order keep the directory's own order (else sorted)
 -- @treturn table
-function M.list(dir)
-  return lines_of("ls -1A -- " .. quote(dir) .. " 2>/dev/null")
+function M.list(dir, readdir_order)
+  return lines_of("ls -1A" .. (readdir_order and "U" or "") .. " -- " .. quote(dir) .. " 2>/dev/null",
+    readdir_order)
 end
 
 --- Paths `a/b` of the directories two levels below dir, in readdir order

@@ -164,10 +164,11 @@ function M.pmu(name)
   return p or nil
 end
 
---- Names of all PMUs, sorted.
-function M.names()
+--- Names of all PMUs, sorted (or in sysfs readdir order, the order perf uses).
+-- @tparam[opt] boolean readdir_order
+function M.names(readdir_order)
   local out = {}
-  for _, n in ipairs(fs.list(root)) do
+  for _, n in ipairs(fs.list(root, readdir_order)) do
     if M.pmu(n) then out[#out + 1] = n end
   end
   return out
@@ -197,23 +198,16 @@ local function glob_to_pattern(g)
 end
 M.glob_to_pattern = glob_to_pattern
 
---- PMUs a user-written PMU name refers to, the way perf matches them:
--- the exact name, else `uncore_<name>`, else a glob, else the numbered
--- instances `<name>_N` / `uncore_<name>_N`.
+--- PMUs a user-written PMU name refers to, the way perf 6.1 matches them:
+-- the exact name, else `uncore_<name>`, else the numbered instances
+-- `<name>_N` / `uncore_<name>_N` in sysfs order (no globs, as perf 6.1).
 -- @treturn table array (possibly empty) of PMU tables
 function M.match(name)
   local p = M.pmu(name) or M.pmu("uncore_" .. name)
   if p then return { p } end
   local out = {}
-  local names = M.names()
-  if find(name, "[%*%?]") then
-    local pat = glob_to_pattern(name)
-    for _, n in ipairs(names) do
-      if match(n, pat) then out[#out + 1] = M.pmu(n) end
-    end
-    return out
-  end
-  for _, n in ipairs(names) do
+  if find(name, "[%*%?%[]") then return out end
+  for _, n in ipairs(M.names(true)) do
     local base = match(n, "^(.-)_%d+$")
     if base and (base == name or base == "uncore_" .. name) then out[#out + 1] = M.pmu(n) end
   end
