@@ -41,25 +41,13 @@ static long read_fd(int fd, void *buf, size_t len)
   return (long)n;
 }
 
-/* what l_read computes: value (scaled when both times are read), enabled,
- * running; 0 or -1 */
-static int event_values(pe_event *ev, uint64_t out[3])
+/* the general case of pe_fast_read: the user page, or any read_format
+ * (GROUP members pick their own value by id), as l_read computes it */
+static __attribute__((noinline)) int read_general(pe_event *ev, uint64_t out[3])
 {
   uint64_t rf = ev->read_format;
-  if (ev->page) {
-    pe_up_result r;
-    if (pe_userpage_event_read(ev, NULL, out, &r) == PE_UP_OK) {
-      if ((rf & RF_TIMES) == RF_TIMES) out[0] = pe_scale(out[0], out[1], out[2]);
-      return 0;
-    }
-  }
-  if (rf == RF_TIMES) {         /* what pe.open asks for: value, enabled, running */
-    uint64_t b[3];
-    if (read_fd(ev->fd, b, sizeof b) != (long)sizeof b) return -1;
-    out[0] = pe_scale(b[0], b[1], b[2]);
-    out[1] = b[1];
-    out[2] = b[2];
-    return 0;
+  if (ev->page && pe_userpage_try_read(ev, out) == 0) {
+    if ((rf & RF_TIMES) == RF_TIMES) out[0] = pe_scale(out[0], out[1], out[2]);
   } else {
     uint64_t buf[5 + 3 * GROUP_MAX];
     pe_readval vals[GROUP_MAX];
@@ -79,19 +67,44 @@ static int event_values(pe_event *ev, uint64_t out[3])
                                          : value;
     out[1] = r.time_enabled;
     out[2] = r.time_running;
-    return 0;
   }
+  return 0;
 }
 
-/* -> -1 (use the C method) or which results exist: bit 0 time_enabled,
- * bit 1 time_running (so 3 = value, enabled, running), | FAST_BIG */
+static inline void store_double(uint64_t *slot, uint64_t v)
+{
+  double d = (double)(int64_t)v;     /* v < 2^53: exact */
+  memcpy(slot, &d, sizeof d);
+}
+
+/*
+ * ev:read() for the FFI.  out[0..2] = value, time_enabled, time_running as
+ * uint64_t; when all three are below 2^53 they are also stored as doubles
+ * in out[3..5], so the Lua side returns them without a conversion.
+ * -> -1 (use the C method) or which results exist: bit 0 time_enabled,
+ * bit 1 time_running (3 = value, enabled, running), | FAST_BIG when the
+ * doubles were not stored.  A closed event has fd -1: read(2) fails with
+ * EBADF and the C method raises.
+ */
 int pe_fast_read(pe_event *ev, uint64_t *out)
 {
-  int rc;
-  if (ev->fd < 0 || event_values(ev, out) < 0) return -1;
-  rc = ((ev->read_format & PE_FORMAT_TOTAL_TIME_ENABLED) ? 1 : 0) |
-       ((ev->read_format & PE_FORMAT_TOTAL_TIME_RUNNING) ? 2 : 0);
-  if ((out[0] | out[1] | out[2]) >= EXACT_MAX) rc |= FAST_BIG;
+  int rc = 3;
+  if (ev->read_format != RF_TIMES || (ev->page && (ev->page->capabilities & PE_CAP_USER_RDPMC))) {
+    /* not what pe.open asks for, or the kernel may let us use rdpmc */
+    if (read_general(ev, out) < 0) return -1;
+    rc = ((ev->read_format & PE_FORMAT_TOTAL_TIME_ENABLED) ? 1 : 0) |
+         ((ev->read_format & PE_FORMAT_TOTAL_TIME_RUNNING) ? 2 : 0);
+  } else {
+    /* the common case: value, enabled, running by read(2) */
+    ssize_t n = read(ev->fd, out, 3 * sizeof *out);
+    if (n != (ssize_t)(3 * sizeof *out)) return -1;    /* EINTR too: the C method retries */
+    if (out[2] < out[1]) out[0] = pe_scale(out[0], out[1], out[2]);
+    else if (out[2] == 0) out[0] = 0;                  /* what pe_scale gives */
+  }
+  if ((out[0] | out[1] | out[2]) >= EXACT_MAX) return rc | FAST_BIG;
+  store_double(out + 3, out[0]);
+  store_double(out + 4, out[1]);
+  store_double(out + 5, out[2]);
   return rc;
 }
 

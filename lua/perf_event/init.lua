@@ -215,6 +215,9 @@ end
 M.enable_all = core.enable_all
 --- Disables every event this process created (prctl).
 M.disable_all = core.disable_all
+--- Perf timestamps <-> TSC from an event's user page or saved parameters (userpage.c).
+M.time_conv = core.time_conv
+if jit then pcall(require, "perf_event.fast") end  -- FFI routes for read/enable/... (fast.lua)
 
 --- Events.
 -- The userdata `pe.open` returns (metatable `"perf_event.event"`, methods in C).

@@ -1,0 +1,206 @@
+--- perf_event.fast: the hot methods through LuaJIT's FFI.
+-- On LuaJIT, `ev:read()`, `ev:enable()`, `ev:disable()`, `ev:reset()` and
+-- the same methods of groups (`group:read(t)` included) call plain C entry
+-- points of the core (`pe_fast_*`, csrc/fast.c) through the FFI, so the JIT
+-- compiles the call into the trace instead of stitching around a
+-- `lua_CFunction`.  Semantics are those of the C API methods: on anything
+-- but plain success (closed object, failed system call, unusual layout) the
+-- wrapper calls the C method, which raises or returns `nil, msg, errno`
+-- exactly as it does without this module.
+--
+-- `require("perf_event")` loads this module on LuaJIT.  Elsewhere, or when
+-- the core cannot be found through `ffi.load`, nothing is installed and
+-- `installed` is false with a `reason`.
+-- @module perf_event.fast
+
+local core = require("perf_event.core")
+
+local M = { installed = false }
+
+local event_mt, group_mt = core.event_mt, core.group_mt
+local eidx, gidx = event_mt.__index, group_mt.__index
+
+--- The C API methods, whatever happens below (the specs run both routes).
+M.c = {
+  event = { read = eidx.read, enable = eidx.enable, disable = eidx.disable, reset = eidx.reset },
+  group = { read = gidx.read, enable = gidx.enable, disable = gidx.disable, reset = gidx.reset },
+}
+
+if not jit then
+  M.reason = "not LuaJIT: the C API methods are used"
+  return M
+end
+
+local ffi = require("ffi")
+local getmetatable, tonumber, type, rawset = getmetatable, tonumber, type, rawset
+local setmetatable, pcall, pairs, tostring = setmetatable, pcall, pairs, tostring
+local searchpath = package.searchpath
+
+-- an idempotent cdef: another copy of this module may have declared these
+pcall(ffi.cdef, [[
+const void *pe_fast_token(void);
+int pe_fast_read(void *ev, uint64_t *out);
+int pe_fast_ioctl(void *ev, int op, int group);
+int pe_fast_group_read(void *g, uint64_t *out, int cap);
+int pe_fast_group_ioctl(void *g, int op);
+]])
+
+-- The FFI must bind to the very copy of the core that `require` loaded (its
+-- structs are what the userdata hold): compare an address only it knows.
+local lib
+do
+  local path = searchpath and searchpath("perf_event.core", package.cpath)
+  local ok, l = pcall(ffi.load, path or "perf_event.core")
+  if ok then
+    local same
+    ok, same = pcall(function()
+      return ffi.cast("const void *", core._fast_token) == l.pe_fast_token()
+    end)
+    if ok and same then lib = l end
+  end
+  if not lib then
+    M.reason = "ffi.load could not bind to the loaded perf_event.core (" .. tostring(path) .. ")"
+    return M
+  end
+end
+M.lib = lib
+
+local fast_read, fast_ioctl = lib.pe_fast_read, lib.pe_fast_ioctl
+local fast_group_read, fast_group_ioctl = lib.pe_fast_group_read, lib.pe_fast_group_ioctl
+-- On failure the C method is tail-called: a raise it makes then points at
+-- the caller's line, as without this module.  A wrong argument type is
+-- raised here with the C API's message, for the same reason.
+local c_read, c_enable, c_disable, c_reset =
+  M.c.event.read, M.c.event.enable, M.c.event.disable, M.c.event.reset
+local cg_read, cg_enable, cg_disable, cg_reset =
+  M.c.group.read, M.c.group.enable, M.c.group.disable, M.c.group.reset
+local error, format = error, string.format
+
+local function bad_self(name, tname, x)
+  error(format("bad argument #1 to '%s' (%s expected, got %s)", name, tname, type(x)), 3)
+end
+
+local u64_t = ffi.typeof("uint64_t")
+local EXACT = 2 ^ 53
+local BIG, GBIG = 4, 0x10000
+local GROUP_MAX = 256
+
+-- a value as the C core pushes it on LuaJIT: a number below 2^53, else cdata
+local function u64(x)
+  if x < EXACT then return tonumber(x) end
+  return u64_t(x)
+end
+
+-- pe_fast_read's output: 3 uint64_t, then the same 3 as doubles when exact
+local rbuf = ffi.new("uint64_t[6]")
+local dbuf = ffi.cast("double *", rbuf)   -- rbuf, an upvalue, keeps it alive
+
+-- the rarer shapes of pe_fast_read's result (read_format without both
+-- times, or a value >= 2^53)
+local function read_rest(rc)
+  local v, e, r
+  if rc >= BIG then
+    rc = rc - BIG
+    v, e, r = u64(rbuf[0]), u64(rbuf[1]), u64(rbuf[2])
+  else
+    v, e, r = dbuf[3], dbuf[4], dbuf[5]
+  end
+  if rc == 3 then return v, e, r end
+  if rc == 1 then return v, e end
+  if rc == 2 then return v, nil, r end
+  return v
+end
+
+local function ffi_read(ev)
+  if getmetatable(ev) ~= event_mt then bad_self("read", "perf_event.event", ev) end
+  local rc = fast_read(ev, rbuf)
+  if rc == 3 then return dbuf[3], dbuf[4], dbuf[5] end
+  if rc >= 0 then return read_rest(rc) end
+  return c_read(ev)
+end
+
+local function ffi_enable(ev, group)
+  if getmetatable(ev) ~= event_mt then bad_self("enable", "perf_event.event", ev) end
+  if fast_ioctl(ev, 0, group and 1 or 0) == 0 then return true end
+  return c_enable(ev, group)
+end
+
+local function ffi_disable(ev, group)
+  if getmetatable(ev) ~= event_mt then bad_self("disable", "perf_event.event", ev) end
+  if fast_ioctl(ev, 1, group and 1 or 0) == 0 then return true end
+  return c_disable(ev, group)
+end
+
+local function ffi_reset(ev, group)
+  if getmetatable(ev) ~= event_mt then bad_self("reset", "perf_event.event", ev) end
+  if fast_ioctl(ev, 2, group and 1 or 0) == 0 then return true end
+  return c_reset(ev, group)
+end
+
+-- member names per group, fetched once (they are fixed at open)
+local names_of = setmetatable({}, { __mode = "k" })
+local function member_names(g)
+  local names = {}
+  local members = g:members()
+  for i = 1, #members do names[i] = members[i]:name() end
+  names_of[g] = names
+  return names
+end
+
+local gbuf = ffi.new("uint64_t[?]", GROUP_MAX + 2)
+
+local function group_read(g, t)
+  if getmetatable(g) ~= group_mt then bad_self("read", "perf_event.group", g) end
+  local n = fast_group_read(g, gbuf, GROUP_MAX + 2)
+  if n < 0 then return cg_read(g, t) end
+  if type(t) ~= "table" then t = {} end
+  local names = names_of[g] or member_names(g)
+  if n >= GBIG then
+    n = n - GBIG
+    for i = 1, n do
+      local v = u64(gbuf[i + 1])
+      rawset(t, i, v)
+      rawset(t, names[i], v)
+    end
+    t.time_enabled, t.time_running = u64(gbuf[0]), u64(gbuf[1])
+    return t
+  end
+  for i = 1, n do
+    local v = tonumber(gbuf[i + 1])
+    rawset(t, i, v)
+    rawset(t, names[i], v)
+  end
+  t.time_enabled = tonumber(gbuf[0])
+  t.time_running = tonumber(gbuf[1])
+  return t
+end
+
+local function group_enable(g)
+  if getmetatable(g) ~= group_mt then bad_self("enable", "perf_event.group", g) end
+  if fast_group_ioctl(g, 0) == 0 then return true end
+  return cg_enable(g)
+end
+
+local function group_disable(g)
+  if getmetatable(g) ~= group_mt then bad_self("disable", "perf_event.group", g) end
+  if fast_group_ioctl(g, 1) == 0 then return true end
+  return cg_disable(g)
+end
+
+local function group_reset(g)
+  if getmetatable(g) ~= group_mt then bad_self("reset", "perf_event.group", g) end
+  if fast_group_ioctl(g, 2) == 0 then return true end
+  return cg_reset(g)
+end
+
+--- The FFI routes (installed into the metatables' `__index` tables).
+M.ffi = {
+  event = { read = ffi_read, enable = ffi_enable, disable = ffi_disable, reset = ffi_reset },
+  group = { read = group_read, enable = group_enable, disable = group_disable,
+            reset = group_reset },
+}
+
+for k, f in pairs(M.ffi.event) do eidx[k] = f end
+for k, f in pairs(M.ffi.group) do gidx[k] = f end
+M.installed = true
+return M
