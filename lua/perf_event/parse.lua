@@ -508,7 +508,7 @@ local function finish_mods(st, list, after_slash)
     if mods ~= "" then
       apply_mods(st, e, mods, mpos, false)
     else
-      e.attr.exclude_guest = true
+      e.attr.exclude_guest = true; e.guest_default = true
     end
   end
 end
@@ -556,7 +556,7 @@ local function breakpoint_event(st, start)
     bp_len = (u64.iszero(len) and l) or num(len),
   }, start)
   e.mods = mods
-  if mods ~= "" then apply_mods(st, e, mods, mpos, false) else e.attr.exclude_guest = true end
+  if mods ~= "" then apply_mods(st, e, mods, mpos, false) else e.attr.exclude_guest = true; e.guest_default = true end
   return { e }
 end
 
@@ -749,6 +749,7 @@ local function parse_list(st)
       for i, e in ipairs(members) do
         if gmods ~= "" then
           apply_mods(st, e, gmods, gpos, true, i > 1)
+          e.guest_default = nil
           e.mods = e.mods .. gmods
         end
         e.group = ngroups
