@@ -67,6 +67,19 @@ function M.sysctl()
   return mod("pmu").sysctl()
 end
 
+-- Loaded on first use: `pe.stat(fn, events [, opts])` (perf_event.stat:
+-- runs fn once with the events counting; the result prints like `perf
+-- stat`) and `pe.symbols` (perf_event.symbols: addresses to names).
+local LAZY = { stat = function() return mod("stat").stat end, symbols = function() return mod("symbols") end }
+setmetatable(M, { __index = function(t, k)
+  local f = LAZY[k]
+  if f then
+    local v = f()
+    rawset(t, k, v)
+    return v
+  end
+end })
+
 local COUNT_FORMAT = "total_time_enabled|total_time_running"
 local GROUP_FORMAT = "group|id|total_time_enabled|total_time_running"
 

@@ -295,6 +295,7 @@ function Sym:load_maps(pid)
     local st = io.open("/proc/self/stat", "r")
     key = st and tonumber(st:read("*l"):match("^(%d+)")) or pid
     if st then st:close() end
+    self.self_pid = key   -- lookups without a pid use these mappings
   end
   for line in f:lines() do
     local s, e, perms, off, path = line:match("^(%x+)%-(%x+) (%S+) (%x+) %S+ %d+%s*(.*)$")
@@ -356,7 +357,7 @@ function Sym:lookup(addr, pid)
     local name, off = kernel_name(h)
     return name or "[unknown]", off, "[kernel]"
   end
-  local m = find_map(self.maps[pid], a) or (pid ~= nil and find_map(self.maps["self"], a))
+  local m = find_map(self.maps[pid or self.self_pid], a)
   if not m then return "[unknown]" end
   local fileoff = a - m.start + m.pgoff
   local file = m.file

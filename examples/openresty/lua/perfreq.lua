@@ -31,6 +31,9 @@ function M.init()
 end
 
 --- In init_worker_by_lua: opens the per-request counters of this worker.
+local buf = {}            -- reused by group:read(buf): no table per read
+local log_info = true     -- whether the error log takes info lines
+
 function M.init_worker()
   local err
   group, err = pe.group({
@@ -41,31 +44,42 @@ function M.init_worker()
   if not group then
     ngx.log(ngx.ERR, "perfreq: per-request counters unavailable: ", err)
   end
+  local ok, errlog = pcall(require, "ngx.errlog")
+  if ok and errlog.get_sys_filter_level then
+    log_info = errlog.get_sys_filter_level() >= ngx.INFO
+  end
 end
 
---- In access_by_lua (or rewrite_by_lua): remembers the counters.
+--- At the start of a request (access_by_lua, or the first line of your
+-- content handler, which saves a Lua phase): remembers the counters.
 function M.start()
   if not group then return end
-  local t = group:read()
+  local t = group:read(buf)
   if t then
     local ctx = ngx.ctx
     ctx.perf_tc, ctx.perf_pf, ctx.perf_cs = t[1], t[2], t[3]
   end
 end
 
---- In log_by_lua: logs what the request cost the worker.
+--- In log_by_lua: what the worker spent on CPU, the page faults and the
+-- context switches between start() and now.  With requests in flight
+-- concurrently the figures include the worker's other work in between
+-- (an event loop has no per-request accounting).
 function M.log()
   local ctx = ngx.ctx
-  if not group or not ctx.perf_tc then return end
-  local t = group:read()
+  local tc0 = ctx.perf_tc
+  if not tc0 then return end
+  local t = group:read(buf)
   if not t then return end
-  local tc, pf, cs = t[1] - ctx.perf_tc, t[2] - ctx.perf_pf, t[3] - ctx.perf_cs
+  local tc, pf, cs = t[1] - tc0, t[2] - ctx.perf_pf, t[3] - ctx.perf_cs
   totals.requests = totals.requests + 1
   totals.task_clock_ns = totals.task_clock_ns + tc
   totals.page_faults = totals.page_faults + pf
   totals.context_switches = totals.context_switches + cs
-  ngx.log(ngx.INFO, "perf: ", ngx.var.uri, " task-clock=", tc, "ns page-faults=", pf,
-          " context-switches=", cs)
+  if log_info then
+    ngx.log(ngx.INFO, "perf: ", ngx.var.uri, " task-clock=", tc, "ns page-faults=", pf,
+            " context-switches=", cs)
+  end
 end
 
 --- Content handler: the sums over the requests this worker logged.

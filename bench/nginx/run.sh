@@ -1,0 +1,85 @@
+#!/bin/sh
+# Requests/s of nginx on loopback with wrk: without the perfreq module
+# (baseline), with per-request counters (access_by_lua + log_by_lua), and
+# with an always-on 1 kHz sampler drained every 100 ms by a timer.
+# Rounds are interleaved (baseline, counters, sampler, baseline, ...) and
+# the median of each mode is reported with its drop against the baseline.
+#   bench/nginx/run.sh [SECONDS_PER_RUN] [ROUNDS] [CONNECTIONS]
+# Needs: nginx, libnginx-mod-http-lua, wrk; 'make' done.
+set -eu
+cd "$(dirname "$0")/../.."
+DUR=${1:-10}
+ROUNDS=${2:-3}
+CONNS=${3:-16}
+PORT=${PE_BENCH_PORT:-28099}
+command -v wrk >/dev/null || { echo "bench/nginx: needs wrk (apt-get install wrk)"; exit 2; }
+command -v nginx >/dev/null || { echo "bench/nginx: needs nginx and libnginx-mod-http-lua"; exit 2; }
+[ -f build/perf_event/core.so ] || { echo "bench/nginx: run 'make' first"; exit 2; }
+
+T=$(mktemp -d /tmp/pe-bench.XXXXXX)
+trap 'stop; rm -rf "$T"' EXIT INT TERM
+chmod 755 "$T"
+mkdir -p "$T/lua" "$T/lib/perf_event" "$T/conf" "$T/logs"
+cp -r lua/perf_event "$T/lua/"
+cp examples/openresty/lua/perfreq.lua "$T/lua/"
+cp build/perf_event/core.so "$T/lib/perf_event/"
+chmod -R a+rX "$T"
+
+stop() {
+  if [ -f "$T/logs/nginx.pid" ]; then
+    pid=$(cat "$T/logs/nginx.pid")
+    kill -QUIT "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+    rm -f "$T/logs/nginx.pid"
+  fi
+}
+
+start() {   # $1 = baseline | counters | sampler
+  c='#'; s='#'
+  [ "$1" = counters ] && c=''
+  [ "$1" = sampler ] && s=''
+  sed -e "s|@LUA_PATH@|$T/lua/?.lua;$T/lua/?/init.lua|" -e "s|@LUA_CPATH@|$T/lib/?.so|" \
+      -e "s|@PORT@|$PORT|" -e "s|@MODE_COUNTERS@|$c|g" -e "s|@MODE_SAMPLER@|$s|g" \
+      bench/nginx/nginx.conf.in > "$T/conf/nginx.conf"
+  nginx -p "$T" -c "$T/conf/nginx.conf"
+  i=0
+  until curl -s -o /dev/null "http://127.0.0.1:$PORT/hello"; do
+    i=$((i + 1)); [ $i -lt 100 ] || { echo "nginx does not answer"; exit 1; }; sleep 0.05
+  done
+}
+
+run() {   # prints requests/s
+  wrk -t1 -c"$CONNS" -d"${DUR}s" "http://127.0.0.1:$PORT/hello" | awk '/^Requests\/sec/ {print $2}'
+}
+
+for r in $(seq "$ROUNDS"); do
+  for m in baseline counters sampler; do
+    start $m
+    wrk -t1 -c"$CONNS" -d1s "http://127.0.0.1:$PORT/hello" >/dev/null   # warm-up
+    v=$(run)
+    if [ $m = sampler ]; then
+      curl -s "http://127.0.0.1:$PORT/perf/always" | sort -t' ' -k2 -n | tail -3 > "$T/top.txt"
+    fi
+    stop
+    echo "$m $v" >> "$T/results"
+    echo "round $r: $m $v req/s"
+  done
+done
+
+echo "--- hottest functions under the sampler (last round):"
+cat "$T/top.txt"
+echo "--- median requests/s over $ROUNDS rounds of ${DUR}s, wrk -t1 -c$CONNS, 1 nginx worker:"
+awk '
+  { v[$1] = v[$1] " " $2 }
+  END {
+    split("baseline counters sampler", modes, " ")
+    for (i = 1; i <= 3; i++) {
+      m = modes[i]; n = split(v[m], a, " ")
+      for (x = 1; x <= n; x++) for (y = x + 1; y <= n; y++) if (a[y] < a[x]) { t = a[x]; a[x] = a[y]; a[y] = t }
+      med[m] = (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    for (i = 1; i <= 3; i++) {
+      m = modes[i]
+      printf "%-9s %10.0f req/s  %+6.2f %%\n", m, med[m], 100 * (med[m] - med["baseline"]) / med["baseline"]
+    }
+  }' "$T/results"
