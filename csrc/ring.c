@@ -32,6 +32,7 @@ typedef struct ring_state {
   unsigned char *base;       /* data area */
   uint64_t size;             /* data_size, a power of two */
   uint64_t head;             /* data_head snapshot of the open pass */
+  uint64_t published;        /* data_tail as we last stored it */
   int pass;                  /* a pass is open */
   int backward;              /* write_backward: snapshot mode */
   const unsigned char *cur;  /* the record last handed out */
@@ -106,6 +107,7 @@ static ring_state *get_state(lua_State *L, pe_event *ev)
     st->offs = (uint32_t *)(st->snap + size);
   }
   pe_decode_cfg_from_attr(&st->cfg, &ev->attr);
+  st->published = ev->tail;
   ev->scratch = st;
   ev->scratch_len = sizeof *st + extra;
   return st;
@@ -152,6 +154,7 @@ static void publish_tail(pe_event *ev)
 {
   /* our reads of the records happen before the kernel may reuse them (D13) */
   __atomic_store_n(&ev->page->data_tail, ev->tail, __ATOMIC_RELEASE);
+  ((ring_state *)ev->scratch)->published = ev->tail;
 }
 
 /* write_backward: pause, copy what is new since the last pass, resume, and
@@ -206,6 +209,9 @@ int pe_ring_next(pe_event *ev, const unsigned char **rec)
     return (int)h.size;
   }
   if (!st->pass) {
+    /* someone else (C code through ring().base) consumed: continue there */
+    uint64_t t = __atomic_load_n(&ev->page->data_tail, __ATOMIC_RELAXED);
+    if (t != st->published) ev->tail = st->published = t;
     st->head = __atomic_load_n(&ev->page->data_head, __ATOMIC_ACQUIRE);
     st->pass = 1;
   }
@@ -373,6 +379,7 @@ static int l_poll(lua_State *L)
       /* a wakeup for records already consumed (the kernel clears its flag
        * when polled, not when read): wait for the next one */
       if (ev->data_pages && !unread(ev, st) && !(p.revents & POLLHUP)) {
+        if (timeout == 0) { lua_pushboolean(L, 0); return 1; }  /* poll(0): no spin */
         if (timeout > 0) {
           double left = deadline - now_ms();
           timeout = left > 0 ? (int)left : 0;

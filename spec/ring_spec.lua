@@ -89,6 +89,36 @@ describe("ring drain", function()
     ev:close()
   end)
 
+  it("records(t) refills t with the same values a new table would hold", function()
+    local records = require("perf_event.records")
+    local function take(reuse, ffi)
+      local saved = records.ffi
+      records.ffi = ffi and saved
+      local ev = assert(pe.open(tp(), { pages = 4 }))
+      assert(ev:enable())
+      rb.getppid(5)
+      assert(ev:disable())
+      local out = {}
+      for rec in ev:records(reuse) do
+        out[#out + 1] = { rec, rec.type, rec.pid, rec.tid, rec.period, rec.misc }
+      end
+      ev:close()
+      records.ffi = saved
+      return out
+    end
+    local t = {}
+    local a, b, c = take(t, true), take(nil, true), take(nil, false)
+    assert.equal(5, #a)
+    for i = 1, 5 do
+      if records.ffi then assert.equal(t, a[i][1]) end
+      for k = 2, 6 do
+        assert.equal(b[i][k], a[i][k])
+        assert.equal(c[i][k], b[i][k])
+      end
+    end
+    assert.has_error(function() local ev = assert(pe.open(tp())); ev:records(5) end)
+  end)
+
   it("an event without a ring raises a clear error", function()
     local ev = assert(pe.open({ type = "software", config = 1, name = "task-clock" }))
     assert.has_error(function() ev:records() end)

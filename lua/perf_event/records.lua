@@ -199,55 +199,65 @@ if ffi and jit and core.ring_next_ptr then
   local ppt = ffi.typeof("const uint8_t *[1]")
   local LIM = ffi.cast("uint64_t", TWO53)
 
-  local bit = require("bit")
-  local band = bit.band
+  local band = require("bit").band
 
-  fast_iter = function(ev, st)
-    local ptr = ev:_ring_ptr()
-    local pp = ppt()
-    -- u64 slots after the 8-byte header, in the kernel's order (E20)
-    local o = 1
-    local o_ident, o_ip, o_tid, o_time, o_addr, o_id, o_sid, o_cpu, o_period
-    if band(st, 0x10000) ~= 0 then o_ident = o; o = o + 1 end
-    if band(st, 0x1) ~= 0 then o_ip = o; o = o + 1 end
-    if band(st, 0x2) ~= 0 then o_tid = o; o = o + 1 end
-    if band(st, 0x4) ~= 0 then o_time = o; o = o + 1 end
-    if band(st, 0x8) ~= 0 then o_addr = o; o = o + 1 end
-    if band(st, 0x40) ~= 0 then o_id = o; o = o + 1 end
-    if band(st, 0x200) ~= 0 then o_sid = o; o = o + 1 end
-    if band(st, 0x80) ~= 0 then o_cpu = o; o = o + 1 end
-    if band(st, 0x100) ~= 0 then o_period = o; o = o + 1 end
-    local size = o * 8
-    local function u64(q, k)
-      local v = q[k]
-      if v < LIM then return tonumber(v) end
-      return v
+  -- the iterator is generated per sample_type (and per mode: new tables or
+  -- one reused table): its constructor names exactly the fields present, a
+  -- smaller table and no branch per field
+  local gen_cache = {}
+  local function generate(st, reuse)
+    local o, fields = 1, {}
+    local function slot(bit, code)
+      if band(st, bit) ~= 0 then fields[#fields + 1] = code(o); o = o + 1 end
     end
-    return function()
-      local n = ring_next(ptr, pp)
-      if n <= 0 then
-        if n == 0 then return nil end
-        if n == -1 then error("records(" .. ev:name() .. "): " .. ev:_ring_error(), 2) end
-        error("records: the event was closed during iteration", 2)
-      end
-      local p = pp[0]
-      local w = cast(u32p, p)
-      if w[0] ~= 9 or n ~= size then return ev:_decode_current() end
-      local q = cast(u64p, p)
-      local id, ip, pid, tid, time, addr, sid, cpu, period
-      if o_ident then id = u64(q, o_ident) end
-      if o_ip then ip = u64(q, o_ip) end
-      if o_tid then pid = tonumber(w[2 * o_tid]); tid = tonumber(w[2 * o_tid + 1]) end
-      if o_time then time = u64(q, o_time) end
-      if o_addr then addr = u64(q, o_addr) end
-      if o_id then id = u64(q, o_id) end
-      if o_sid then sid = u64(q, o_sid) end
-      if o_cpu then cpu = tonumber(w[2 * o_cpu]) end
-      if o_period then period = u64(q, o_period) end
-      return { type = "sample", misc = tonumber(cast(u16p, p)[2]), id = id, ip = ip,
-               pid = pid, tid = tid, time = time, addr = addr, stream_id = sid,
-               cpu = cpu, period = period }
+    slot(0x10000, function(k) return ("id = u64(q, %d)"):format(k) end)
+    slot(0x1, function(k) return ("ip = u64(q, %d)"):format(k) end)
+    slot(0x2, function(k) return ("pid = tonumber(w[%d]), tid = tonumber(w[%d])"):format(2 * k, 2 * k + 1) end)
+    slot(0x4, function(k) return ("time = u64(q, %d)"):format(k) end)
+    slot(0x8, function(k) return ("addr = u64(q, %d)"):format(k) end)
+    slot(0x40, function(k) return ("id = u64(q, %d)"):format(k) end)
+    slot(0x200, function(k) return ("stream_id = u64(q, %d)"):format(k) end)
+    slot(0x80, function(k) return ("cpu = tonumber(w[%d])"):format(2 * k) end)
+    slot(0x100, function(k) return ("period = u64(q, %d)"):format(k) end)
+    local ctor = "{ type = \"sample\", misc = tonumber(cast(u16p, p)[2]), " ..
+      table.concat(fields, ", ") .. " }"
+    local fill = {}
+    for _, f in ipairs(fields) do
+      for k, v in f:gmatch("([%w_]+) = ([^,]+%b())") do fill[#fill + 1] = "r." .. k .. " = " .. v end
     end
+    local src = ([[
+local ring_next, cast, u16p, u32p, u64p, LIM, tonumber, error = ...
+local function u64(q, k)
+  local v = q[k]
+  if v < LIM then return tonumber(v) end
+  return v
+end
+return function(ev, ptr, pp, r)
+  return function()
+    local n = ring_next(ptr, pp)
+    if n <= 0 then
+      if n == 0 then return nil end
+      if n == -1 then error("records(" .. ev:name() .. "): " .. ev:_ring_error(), 2) end
+      error("records: the event was closed during iteration", 2)
+    end
+    local p = pp[0]
+    local w = cast(u32p, p)
+    if w[0] ~= 9 or n ~= %d then return ev:_decode_current() end
+    local q = cast(u64p, p)
+    %s
+  end
+end]]):format(o * 8, reuse and ("r.type = \"sample\"; r.misc = tonumber(cast(u16p, p)[2]); " ..
+      table.concat(fill, "; ") .. "; return r") or ("return " .. ctor))
+    local chunk = assert((loadstring or load)(src, "=records.fast"))
+    return chunk(ring_next, cast, u16p, u32p, u64p, LIM, tonumber, error)
+  end
+
+  fast_iter = function(ev, st, reuse)
+    -- separate code for the two modes, so their traces stay separate
+    local key = reuse and -1 - st or st
+    local maker = gen_cache[key]
+    if not maker then maker = generate(st, reuse); gen_cache[key] = maker end
+    return maker(ev, cast("void *", ev:_ring_ptr()), ppt(), reuse)
   end
 end
 
@@ -273,19 +283,26 @@ local function plan(ev)
   if p then return p end
   local info = ev:info()
   local st = tonumber(info.sample_type) or 0
-  p = { fmt = format_for(ev), simple = only_simple(st), st = st }
+  local raw = (st / 1024) % 2 >= 1      -- PERF_SAMPLE_RAW: tracepoint fields
+  p = { fmt = raw and format_for(ev), simple = only_simple(st), st = st }
   plans[ev] = p
   return p
 end
 
---- `event:records()`: an iterator over the records in the ring now.
+--- `event:records([reuse])`: an iterator over the records in the ring now.
 -- Tracepoint samples with `raw` also carry `fields`.
+-- @tparam[opt] table reuse a table the iterator may refill for each sample
+--   instead of allocating one (LuaJIT fast path: fixed-layout samples); the
+--   loop must then not keep `rec` past the iteration
 -- @treturn function iterator yielding record tables
-function M.records(ev)
+function M.records(ev, reuse)
   local p = plan(ev)
   local it, s, c
+  if reuse ~= nil and type(reuse) ~= "table" then
+    error("records: the argument must be a table to reuse, got " .. type(reuse), 2)
+  end
   if M.ffi and fast_iter and p.simple and not p.fmt then
-    return fast_iter(ev, p.st)
+    return fast_iter(ev, p.st, reuse)
   end
   it, s, c = c_records(ev)
   local fmt = p.fmt
