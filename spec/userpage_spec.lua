@@ -9,7 +9,6 @@ local core = require("perf_event.core")
 local pe = require("perf_event")
 
 local RDPMC, TIME, TIME_ZERO, TIME_SHORT = 4, 8, 16, 32
-local TIMES = 3        -- read_format total_time_enabled|total_time_running
 local u64 = core.u64   -- a value as the core returns it on this interpreter
 
 -- D20 in Lua 5.4 integers (wrapping), compiled only where it parses
@@ -241,6 +240,7 @@ describe("user page on real events", function()
     local ev = assert(pe.open({ type = 1, config = 2, name = "page-faults", exclude_kernel = true }))
     local t = {}
     for i = 1, 1000 do t[i] = i end         -- touch some memory
+    assert.are.equal(1000, #t)
     assert(ev:disable())
     local v, e, r = ev:read()
     local raw = ev:read_raw()

@@ -1,0 +1,194 @@
+-- The hot methods on both routes: the C API methods (every interpreter) and
+-- the LuaJIT FFI routes of perf_event.fast.  Each case runs on every route
+-- this interpreter has and must give the same values and the same errors.
+-- Counters are stopped before they are read, so both routes see the same
+-- frozen value, time_enabled and time_running.
+local pe = require("perf_event")
+local fast = require("perf_event.fast")
+local core = pe.core
+
+local routes = { { name = "c", m = fast.c } }
+if fast.installed then routes[2] = { name = "ffi", m = fast.ffi } end
+
+local function sw(config, name, extra)
+  local spec = { type = 1, config = config, name = name, exclude_kernel = true }
+  for k, v in pairs(extra or {}) do spec[k] = v end
+  return spec
+end
+
+-- the results of f() as a table with n
+local function pack(...) return { n = select("#", ...), ... } end
+
+local function err_of(f, ...)
+  local ok, e = pcall(f, ...)
+  assert.is_false(ok)
+  return e
+end
+
+describe("perf_event.fast", function()
+  it("is installed on LuaJIT and not elsewhere", function()
+    if jit then
+      assert.is_true(fast.installed, fast.reason)
+      assert.are.equal(fast.ffi.event.read, core.event_mt.__index.read)
+      assert.are.equal(fast.ffi.group.read, core.group_mt.__index.read)
+    else
+      assert.is_false(fast.installed)
+      assert.are.equal(fast.c.event.read, core.event_mt.__index.read)
+    end
+  end)
+
+  for _, route in ipairs(routes) do
+    local E, G = route.m.event, route.m.group
+    describe("route " .. route.name, function()
+      it("reads value, time_enabled, time_running as read_raw decodes them", function()
+        local ev = assert(pe.open(sw(2, "page-faults")))
+        assert.is_true(E.disable(ev))
+        local r = pack(E.read(ev))
+        local raw = ev:read_raw()
+        assert.are.equal(3, r.n)
+        assert.are.equal(raw.value, r[1])
+        assert.are.equal(raw.time_enabled, r[2])
+        assert.are.equal(raw.time_running, r[3])
+        ev:close()
+      end)
+
+      it("returns what read_format holds, like the C method", function()
+        for _, case in ipairs({ { rf = 0, n = 1 }, { rf = 1, n = 2 }, { rf = 2, n = 3 },
+                                { rf = 4 + 1 + 2, n = 3 } }) do
+          local ev = assert(pe.open(sw(2, "page-faults", { read_format = case.rf })))
+          assert.is_true(E.disable(ev))
+          local a, b = pack(E.read(ev)), pack(fast.c.event.read(ev))
+          assert.are.equal(case.n, a.n)
+          assert.are.same(b, a)
+          if case.rf == 2 then assert.is_nil(a[2]) end
+          ev:close()
+        end
+      end)
+
+      it("reads a group member's own value (GROUP|ID read_format)", function()
+        local g = assert(pe.group({ sw(1, "task-clock"), sw(2, "page-faults") }))
+        assert.is_true(G.disable(g))
+        local t = G.read(g)
+        local member = g:members()[2]
+        local v = E.read(member)
+        assert.are.equal(t["page-faults"], v)
+        assert.are.equal(t[2], v)
+        g:close()
+      end)
+
+      it("enable/disable/reset return true and act on the counter", function()
+        local ev = assert(pe.open(sw(1, "task-clock")))
+        assert.is_true(E.disable(ev))
+        assert.is_true(E.reset(ev))
+        assert.are.equal(0, (E.read(ev)))
+        assert.is_true(E.enable(ev))
+        local x = 0
+        for i = 1, 100000 do x = x + i end
+        assert.is_true(x > 0)
+        assert.is_true(E.disable(ev, true))   -- group flag on a lone event is accepted
+        assert.is_true((E.read(ev)) > 0)
+        ev:close()
+      end)
+
+      it("raises the C API's errors on a closed event or group", function()
+        local ev = assert(pe.open(sw(1, "task-clock")))
+        ev:close()
+        for _, m in ipairs({ "read", "enable", "disable", "reset" }) do
+          assert.are.equal(err_of(fast.c.event[m], ev), err_of(E[m], ev))
+          assert.matches("attempt to use a closed perf_event.event", err_of(E[m], ev))
+        end
+        local g = assert(pe.group({ sw(1, "task-clock") }))
+        g:close()
+        for _, m in ipairs({ "read", "enable", "disable", "reset" }) do
+          assert.matches("attempt to use a closed perf_event.group", err_of(G[m], g))
+          assert.are.equal(err_of(fast.c.group[m], g), err_of(G[m], g))
+        end
+      end)
+
+      it("raises the C API's message for a wrong self", function()
+        local g = assert(pe.group({ sw(1, "task-clock") }))
+        -- called as a field of a table: both routes name the method
+        local c, f = { read = fast.c.event.read }, { read = E.read }
+        -- (not tail calls: a tail-called C function has no name to report)
+        local function call(tbl, x) local r = tbl.read(x); return r end
+        local ce, fe = err_of(call, c, g), err_of(call, f, g)
+        assert.matches("^[^:]*fast_spec.lua:%d+: bad argument #1 to 'read' %(perf_event.event expected, got ",
+                       ce)
+        assert.are.equal(ce, fe)     -- same text, same line: the raise points at the caller
+        local cg, fg = { read = fast.c.group.read }, { read = G.read }
+        assert.are.equal(err_of(call, cg, 42), err_of(call, fg, 42))
+        g:close()
+      end)
+
+      it("group:read(t) fills and returns the caller's table", function()
+        local g = assert(pe.group({ sw(1, "task-clock"), sw(2, "page-faults"),
+                                    sw(3, "context-switches"), sw(4, "cpu-migrations") }))
+        assert.is_true(G.disable(g))
+        local t = { keep = "me" }
+        assert.are.equal(t, G.read(g, t))
+        local ref = fast.c.group.read(g)       -- a fresh table from the C method
+        for i, name in ipairs({ "task-clock", "page-faults", "context-switches", "cpu-migrations" }) do
+          assert.are.equal(ref[i], t[i])
+          assert.are.equal(ref[name], t[name])
+          assert.are.equal(t[i], t[name])
+        end
+        assert.are.equal(ref.time_enabled, t.time_enabled)
+        assert.are.equal(ref.time_running, t.time_running)
+        assert.are.equal("me", t.keep)
+        -- no table, or not a table: a new one
+        local n = G.read(g, 5)
+        assert.are.same(ref, n)
+        assert.is_true(G.reset(g))
+        assert.are.equal(0, G.read(g, t)[2])
+        assert.is_true(G.enable(g))
+        g:close()
+      end)
+    end)
+  end
+
+  describe("FFI route specifics", function()
+    local function it_ffi(name, f)
+      if fast.installed then return it(name, f) end
+      pending(name .. ": the FFI routes exist only on LuaJIT")
+    end
+
+    it_ffi("returns nil, msg, errno from a failed read(2) as the C method does", function()
+      local ffi = require("ffi")
+      pcall(ffi.cdef, "int close(int fd);")
+      local ev = assert(pe.open(sw(1, "task-clock")))
+      local fd = ev:fd()
+      assert.are.equal(0, ffi.C.close(fd))    -- the fd vanishes under the event
+      local a = pack(fast.ffi.event.read(ev))
+      local b = pack(fast.c.event.read(ev))
+      assert.are.same(b, a)
+      assert.is_nil(a[1])
+      assert.matches("^read%(task%-clock%): EBADF", a[2])
+      assert.are.equal(9, a[3])
+      local e = pack(fast.ffi.event.enable(ev))
+      assert.are.same(pack(fast.c.event.enable(ev)), e)
+      assert.are.equal(9, e[3])
+      ev:close()                                -- closes fd again: EBADF, ignored
+    end)
+
+    it_ffi("compiles ev:read() into a looping trace (no stitching around a C call)", function()
+      if not jit.status() then return pending("the JIT is off") end
+      local util = require("jit.util")
+      local ev = assert(pe.open(sw(1, "task-clock")))
+      local links, aborted = {}, 0
+      local function on_trace(what, tr)
+        if what == "stop" then links[util.traceinfo(tr).linktype] = true end
+        if what == "abort" then aborted = aborted + 1 end
+      end
+      jit.flush()
+      jit.attach(on_trace, "trace")
+      local s = 0
+      for _ = 1, 500 do s = s + ev:read() end
+      jit.attach(on_trace)
+      ev:close()
+      assert.is_true(s > 0)
+      assert.is_true(links.loop)
+      assert.is_nil(links.stitch)
+      assert.are.equal(0, aborted)
+    end)
+  end)
+end)
