@@ -645,6 +645,7 @@ int pe_decode_record(lua_State *L, const unsigned char *rec, size_t len,
   struct pe_event_header h;
   const char *name;
   cur c;
+  int top = lua_gettop(L);
   if (len < sizeof h) {
     lua_pushfstring(L, "record of %d bytes is shorter than its header", (int)len);
     return 0;
@@ -684,7 +685,7 @@ int pe_decode_record(lua_State *L, const unsigned char *rec, size_t len,
     }
   }
   if (c.err) {
-    lua_settop(L, lua_gettop(L) - 1);
+    lua_settop(L, top);   /* the record and any half-built field table */
     lua_pushfstring(L, "%s record (%d bytes): %s", name ? name : "unknown",
                     (int)len, c.err);
     return 0;
