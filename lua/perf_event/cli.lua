@@ -4,7 +4,7 @@
 -- (`comm;caller;callee N`, the flame-graph input) to a file or stdout.
 -- @module perf_event.cli
 
-local io, os, string, table, math = io, os, string, table, math
+local io, string, table, math = io, string, table, math
 local ipairs, pairs, tonumber, tostring, type, pcall, error = ipairs, pairs, tonumber, tostring, type, pcall, error
 local setmetatable, getmetatable = setmetatable, getmetatable
 local format, concat = string.format, table.concat
@@ -410,7 +410,7 @@ function M.record(argv)
     attr.watermark = false
     if attr.exclude_kernel == false then attr.exclude_kernel = nil end
     local ev
-    ev, err, errno = pe().open(attr, { pid = target, cpu = cpu, pages = 64 })
+    ev, err = pe().open(attr, { pid = target, cpu = cpu, pages = 64 })
     if not ev then
       -- a smaller ring when the mlock budget is tight
       ev, err, errno = pe().open(attr, { pid = target, cpu = cpu, pages = 8 })
@@ -471,7 +471,7 @@ function M.record(argv)
   for _, ev in ipairs(evs) do ev:disable() end
   drain()
   local lost = 0
-  for _, ev in ipairs(evs) do lost = lost + (tonumber(ev:lost()) or 0) ev:close() end
+  for _, ev in ipairs(evs) do lost = lost + (tonumber((ev:lost())) or 0) ev:close() end
 
   local path = o.output or "perf.folded"
   local out = path == "-" and io.stdout or io.open(path, "w")

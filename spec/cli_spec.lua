@@ -1,0 +1,195 @@
+-- bin/luaperf end to end: stat against the kernel's exact counts and perf's
+-- own figure, record's folded stacks naming petarget's functions, list,
+-- exit codes and usage errors.  Runs the tool under the suite's interpreter.
+local interp = jit and "luajit" or _VERSION:gsub("Lua ", "lua")
+
+local function sh(cmd)
+  local p = io.popen(cmd)
+  local out = p:read("*a")
+  local ok, _, code = p:close()
+  if type(ok) == "number" then code = ok end   -- Lua 5.1: the wait status
+  if _VERSION == "Lua 5.1" and not jit and code and code > 255 then code = math.floor(code / 256) end
+  return out, code
+end
+
+-- runs luaperf; returns stdout+stderr and the exit code
+local function luaperf(args)
+  return sh(interp .. " bin/luaperf " .. args .. " 2>&1; echo \"rc=$?\"")
+end
+local function run(args)
+  local out = luaperf(args)
+  local rc = tonumber(out:match("rc=(%d+)\n?$"))
+  return out:gsub("rc=%d+\n?$", ""), rc
+end
+
+local function readable(path)
+  local f = io.open(path, "r")
+  if f then f:close() return true end
+  return false
+end
+
+local have_tracefs = readable("/sys/kernel/tracing/events/syscalls/sys_enter_getppid/id")
+local have_perf = select(1, sh("command -v perf")) ~= ""
+
+describe("luaperf stat", function()
+  it("counts exactly the getppid(2) calls of the command, as perf stat does", function()
+    if not have_tracefs then pending("tracefs is not readable by this user") return end
+    local out, rc = run("stat -e syscalls:sys_enter_getppid -- build/test/petarget getppid 4321")
+    assert.equal(0, rc, out)
+    assert.truthy(out:find("\n Performance counter stats for 'build/test/petarget getppid 4321':\n", 1, true), out)
+    local n = out:match("\n +(%d+)      syscalls:sys_enter_getppid\n")
+    assert.equal("4321", n, out)
+    if not have_perf then pending("perf is not installed: figure not cross-checked") return end
+    local pout = sh("perf stat -x, -e syscalls:sys_enter_getppid -- build/test/petarget getppid 4321 2>&1")
+    assert.equal(n, pout:match("(%d+),,syscalls:sys_enter_getppid"), pout)
+  end)
+
+  it("agrees with perf stat -x on several events in CSV", function()
+    if not have_tracefs then pending("tracefs is not readable by this user") return end
+    local out, rc = run("stat -x, -e syscalls:sys_enter_getppid,task-clock,page-faults -- "
+                        .. "build/test/petarget getppid 77")
+    assert.equal(0, rc, out)
+    local lines = {}
+    for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    assert.equal("77,,syscalls:sys_enter_getppid", lines[1]:match("^([^,]*,[^,]*,[^,]*)"))
+    assert.truthy(lines[2]:find("^%d+%.%d%d,msec,task%-clock,%d+,100%.00,%d+%.%d+,CPUs utilized$"), lines[2])
+    assert.truthy(lines[3]:find("^%d+,,page%-faults,%d+,100%.00,"), lines[3])
+    if have_perf then
+      local pout = sh("perf stat -x, -e syscalls:sys_enter_getppid -- build/test/petarget getppid 77 2>&1")
+      assert.equal("77", pout:match("(%d+),,syscalls:sys_enter_getppid"))
+    end
+  end)
+
+  it("exits with the command's status", function()
+    local out, rc = run("stat -e task-clock -- sh -c 'exit 3'")
+    assert.equal(3, rc, out)
+    assert.truthy(out:find("task-clock", 1, true))
+  end)
+
+  it("uses perf's default software events without -e", function()
+    local out, rc = run("stat -- true")
+    assert.equal(0, rc, out)
+    for _, e in ipairs({ "task-clock", "context-switches", "cpu-migrations", "page-faults" }) do
+      assert.truthy(out:find(" " .. e:gsub("%-", "%%-") .. " "), out)
+    end
+    assert.truthy(out:find("seconds time elapsed", 1, true))
+    assert.truthy(out:find("seconds user", 1, true))
+  end)
+
+  it("prints interval lines with -I", function()
+    local out, rc = run("stat -I 50 -e task-clock -- build/test/petarget sleep 220")
+    assert.equal(0, rc, out)
+    assert.truthy(out:find("#           time             counts unit events", 1, true), out)
+    local n = 0
+    for _ in out:gmatch("\n +%d+%.%d+ +%d+%.%d%d msec task%-clock") do n = n + 1 end
+    assert.truthy(n >= 2, out)
+  end)
+
+  it("attaches to a running process with -p for as long as CMD runs", function()
+    local core = require("perf_event.core")
+    local child = assert(core.spawn({ "build/test/petarget", "sleep", "5000" }))
+    local out, rc = run("stat -e task-clock -p " .. child:pid() .. " -- true")
+    child:kill(9)
+    child:wait()
+    assert.equal(0, rc, out)
+    assert.truthy(out:find("Performance counter stats for 'process id '" .. child:pid(), 1, true) or
+                  out:find("process id", 1, true), out)
+  end)
+
+  it("says what is wrong and exits 2 on usage errors", function()
+    local out, rc = run("stat --bogus -- true")
+    assert.equal(2, rc)
+    assert.truthy(out:find("unknown option --bogus", 1, true), out)
+    assert.truthy(out:find("usage: luaperf stat", 1, true), out)
+    out, rc = run("stat -e task-clock")
+    assert.equal(2, rc)
+    assert.truthy(out:find("give a command after '--'", 1, true), out)
+    out, rc = run("stat -p 1 -a -- true")
+    assert.equal(2, rc)
+    assert.truthy(out:find("exclude each other", 1, true), out)
+    out, rc = run("frobnicate")
+    assert.equal(2, rc)
+    assert.truthy(out:find("unknown command 'frobnicate'", 1, true), out)
+  end)
+
+  it("reports a command that does not exist with status 127", function()
+    local out, rc = run("stat -- /nonexistent/cmd")
+    assert.equal(127, rc)
+    assert.truthy(out:find("ENOENT", 1, true), out)
+  end)
+
+  it("reports a bad event string without running anything", function()
+    local out, rc = run("stat -e no-such-event -- true")
+    assert.equal(1, rc)
+    assert.truthy(out:find("no-such-event", 1, true), out)
+  end)
+
+  it("prints --help for each command", function()
+    for _, c in ipairs({ "stat", "list", "record" }) do
+      local out, rc = run(c .. " --help")
+      assert.equal(0, rc)
+      assert.truthy(out:find("usage: luaperf " .. c, 1, true), out)
+    end
+    local out, rc = run("--help")
+    assert.equal(0, rc)
+    assert.truthy(out:find("record", 1, true))
+  end)
+end)
+
+describe("luaperf list", function()
+  it("lists software events and filters by pattern", function()
+    local out, rc = run("list")
+    assert.equal(0, rc)
+    assert.truthy(out:find("\n  task%-clock +%[Software event%]"), out)
+    out, rc = run("list faults")
+    assert.equal(0, rc)
+    assert.truthy(out:find("page-faults", 1, true))
+    assert.is_nil(out:find("task-clock", 1, true))
+    if have_tracefs then
+      out = run("list 'syscalls:sys_enter_getppid'")
+      assert.truthy(out:find("syscalls:sys_enter_getppid +%[Tracepoint event%]"), out)
+    end
+    out, rc = run("list no-such-thing-at-all")
+    assert.equal(1, rc)
+    assert.truthy(out:find("no event matches", 1, true), out)
+  end)
+end)
+
+describe("luaperf record", function()
+  local tmp = os.tmpname()
+  after_each(function() os.remove(tmp) end)
+
+  local function folded()
+    local stacks = {}
+    for line in io.lines(tmp) do
+      local stack, n = line:match("^(.+) (%d+)$")
+      assert.truthy(stack, "not a folded line: " .. line)
+      stacks[stack] = tonumber(n)
+    end
+    return stacks
+  end
+
+  it("-g names pet_spin_inner under its caller pet_spin under main", function()
+    local out, rc = run("record -g -F 999 -o " .. tmp .. " -- build/test/petarget spin 200000000")
+    assert.equal(0, rc, out)
+    assert.truthy(out:find("samples", 1, true), out)
+    local hits = 0
+    for stack, n in pairs(folded()) do
+      if stack:find("^petarget;.*main;pet_spin;pet_spin_inner") then hits = hits + n end
+    end
+    assert.truthy(hits > 0, "no petarget;...;main;pet_spin;pet_spin_inner stack in " .. tmp)
+  end)
+
+  it("without -g writes the sampled function alone", function()
+    local out, rc = run("record -c 1000000 -o " .. tmp .. " -- build/test/petarget spin 200000000")
+    assert.equal(0, rc, out)
+    local stacks = folded()
+    assert.truthy(stacks["petarget;pet_spin_inner"] and stacks["petarget;pet_spin_inner"] > 0)
+  end)
+
+  it("refuses -F with -c", function()
+    local out, rc = run("record -F 99 -c 1000 -- true")
+    assert.equal(2, rc)
+    assert.truthy(out:find("exclude each other", 1, true), out)
+  end)
+end)
