@@ -136,6 +136,28 @@ int pe_fast_group_read(pe_group *g, uint64_t *out, int cap)
   long n;
   int i;
   if (g->n < 0 || g->ev[0]->fd < 0 || cap < g->n + 2) return -1;
+  if (g->read_format == (PE_FORMAT_GROUP | PE_FORMAT_ID | RF_TIMES)) {
+    /* what pe.group asks for: nr, enabled, running, {value, id} * nr */
+    uint64_t en, run, nr;
+    n = read_fd(g->ev[0]->fd, buf, 8 * (3 + 2 * (size_t)g->n));
+    if (n < 24) return -1;
+    nr = buf[0];
+    if ((uint64_t)n != 8 * (3 + 2 * nr) || nr > GROUP_MAX) return -1;
+    en = out[0] = buf[1];
+    run = out[1] = buf[2];
+    big = en | run;
+    for (i = 0; i < g->n; i++) {
+      uint64_t id = g->ev[i]->id, v, k = (uint64_t)i;
+      if (k >= nr || buf[4 + 2 * k] != id)
+        for (k = 0; k < nr && buf[4 + 2 * k] != id; k++) {}
+      if (k == nr) return -1;                  /* member gone: g_read gives nil */
+      v = buf[3 + 2 * k];
+      v = run < en || run == 0 ? pe_scale(v, en, run) : v;
+      out[2 + i] = v;
+      big |= v;
+    }
+    return g->n | (big >= EXACT_MAX ? FAST_GBIG : 0);
+  }
   r.v = vals;
   r.cap = GROUP_MAX;
   n = read_fd(g->ev[0]->fd, buf, sizeof buf);
