@@ -405,7 +405,7 @@ local function apply_symbol_terms(st, e, terms)
   for _, t in ipairs(terms) do
     if not GENERIC[t.name] then
       local close = suggest(t.name, GENERIC_NAMES)
-      fail(st, t.pos, format("unknown term '%s' for %s%s; valid terms: %s", t.name, e.name,
+      fail(st, t.pos, format("unknown term '%s' for %s%s; valid terms: %s", t.name, tostring(e._word),
         #close > 0 and (" (did you mean: " .. concat(close, ", ") .. "?)") or "",
         concat(GENERIC_NAMES, ", ")))
     end
@@ -646,6 +646,7 @@ local function symbol_event(st, start, attr)
   local e = new_entry(nil, attr, start)
   local after_slash = false
   if peek(st) == "/" then
+    e._word = sub(st.s, start, st.pos - 1)
     apply_symbol_terms(st, e, read_terms(st))
     after_slash = true
   end
@@ -707,6 +708,7 @@ end
 local function finalize(e)
   e._assigned = nil
   e._exclude_GH = nil
+  e._word = nil
   e.pos = nil
   return e
 end
