@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,23 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include "pe_core.h"
+
+/* gettid() cached per thread; a forked child starts with its parent's TLS,
+ * so the cache is cleared in the child (glibc unregisters the handler if
+ * the module is unloaded) */
+static __thread int tls_tid;
+static void clear_tid(void) { tls_tid = 0; }
+static void register_atfork(void) { pthread_atfork(NULL, NULL, clear_tid); }
+
+int pe_current_tid(void)
+{
+  if (!tls_tid) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_atfork);
+    tls_tid = (int)syscall(SYS_gettid);
+  }
+  return tls_tid;
+}
 
 static long page_size(void)
 {
@@ -245,6 +263,7 @@ again:
   if (retried) ev->flags |= PE_EV_AUTOEXCL;
   if (group_fd >= 0 && !(flags & PE_FLAG_FD_NO_GROUP)) ev->flags |= PE_EV_MEMBER;
   if (pid == 0 && cpu == -1 && !(flags & PE_FLAG_PID_CGROUP)) ev->flags |= PE_EV_SELFMON;
+  ev->tid = pe_current_tid();
   luaL_getmetatable(L, PE_EVENT_MT);
   lua_setmetatable(L, -2);
 

@@ -76,6 +76,8 @@ void pe_push_reading(lua_State *L, const pe_reading *r, uint64_t rf);
 int pe_l_decode_read(lua_State *L);
 
 /* ---- events (event.c) --------------------------------------------------- */
+/* the calling thread's id, cached per thread (reset in a forked child) */
+int pe_current_tid(void);
 #define PE_EV_CLOSED    0x1u
 #define PE_EV_SELFMON   0x2u   /* pid==0 && cpu==-1: eligible for user-page reads */
 #define PE_EV_MEMBER    0x4u   /* a member of a group (not its leader) */
@@ -88,6 +90,7 @@ typedef struct pe_event {
   uint64_t sample_type;
   uint64_t id;               /* IOC_ID, 0 if unknown */
   int pid, cpu;
+  int tid;                   /* the thread that opened it (user-page reads) */
   struct pe_mmap_page *page; /* mmap base (user page), NULL if none */
   size_t map_len;            /* bytes mapped at page */
   size_t data_pages;         /* ring data pages (0 = user page only) */

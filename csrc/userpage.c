@@ -160,6 +160,9 @@ static int event_gate(const pe_event *ev)
 {
   const struct pe_mmap_page *pc = ev->page;
   if (!pc || !(ev->flags & PE_EV_SELFMON) || ev->fd < 0) return PE_UP_NOPAGE;
+  /* the page describes the counter of the thread that opened the event:
+   * rdpmc on another thread would read that thread's CPU counter */
+  if (ev->tid != pe_current_tid()) return PE_UP_THREAD;
   if (!(LD(capabilities) & PE_CAP_USER_RDPMC)) return PE_UP_NOCAP;
   if (!LD(index)) return PE_UP_NOINDEX;
   if ((ev->attr.flags >> PE_FLAG_inherit) & 1) return PE_UP_INHERIT;
@@ -212,6 +215,7 @@ const char *pe_userpage_reason(int rc)
   case PE_UP_NOPAGE: return "not a mapped self-monitoring event (pid=0, cpu=-1)";
   case PE_UP_INHERIT: return "inherited event: the page lacks the children's counts";
   case PE_UP_STALE: return "the page's times are not current (cap_user_time=0)";
+  case PE_UP_THREAD: return "read from another thread than the one that opened the event";
   default: return "?";
   }
 }
@@ -411,7 +415,7 @@ static const char *const sim_fields[] = {
   "time_offset", "time_zero", "size", "time_cycles", "time_mask", NULL
 };
 static const char *const sim_controls[] = {
-  "pmc", "tsc", "tear", "tear_on", "read_format", "inherit", "selfmon", NULL
+  "pmc", "tsc", "tear", "tear_on", "read_format", "inherit", "selfmon", "other_thread", NULL
 };
 
 static int in_list(const char *k, const char *const *l)
@@ -467,7 +471,7 @@ static int sim_values(lua_State *L, int t, const char *k, uint64_t *dst)
 
 static const char *const up_codes[] = {
   "ok", "nocap", "noindex", "noarch", "badwidth", "badtime", "negative", "nopage",
-  "inherit", "stale"
+  "inherit", "stale", "thread"
 };
 
 int pe_l_userpage_sim(lua_State *L)
@@ -515,6 +519,9 @@ int pe_l_userpage_sim(lua_State *L)
     lua_getfield(L, 1, "selfmon");
     if (lua_isnil(L, -1) || lua_toboolean(L, -1)) ev.flags |= PE_EV_SELFMON;
     lua_pop(L, 2);
+    lua_getfield(L, 1, "other_thread");
+    ev.tid = lua_toboolean(L, -1) ? -1 : pe_current_tid();
+    lua_pop(L, 1);
     /* the initial page: the top-level fields again, on a clean header */
     memset(&hdr, 0, sizeof hdr);
     hdr.size = (uint32_t)SIM_HDR;
@@ -533,7 +540,7 @@ int pe_l_userpage_sim(lua_State *L)
   free(pc);
 
   lua_createtable(L, 0, 12);
-  lua_pushstring(L, rc >= 0 && rc <= PE_UP_STALE ? up_codes[rc] : "?");
+  lua_pushstring(L, rc >= 0 && rc <= PE_UP_THREAD ? up_codes[rc] : "?");
   lua_setfield(L, -2, "status");
   lua_pushstring(L, pe_userpage_reason(rc)); lua_setfield(L, -2, "reason");
   if (rc == PE_UP_OK) {

@@ -35,7 +35,8 @@ enum {
   PE_UP_NEGATIVE,     /* offset + pmc < 0: not a total a counter can have */
   PE_UP_NOPAGE,       /* the event has no user page / is not self-monitoring */
   PE_UP_INHERIT,      /* inherited: the page lacks live children's counts */
-  PE_UP_STALE         /* times requested but cap_user_time off */
+  PE_UP_STALE,        /* times requested but cap_user_time off */
+  PE_UP_THREAD        /* read from another thread than the one that opened it */
 };
 
 /* 1 when this build can read a counter from user space on this arch */

@@ -106,6 +106,13 @@ describe("user page read (simulated page, injected rdpmc/rdtsc)", function()
     page.selfmon, page.inherit = true, true
     assert.are.equal("inherit", sim(page).status)
     page.inherit = nil
+    -- another thread than the opener: its rdpmc would read its own CPU's
+    -- counter, so the read falls back to read(2) (never executing rdpmc)
+    page.other_thread = true
+    local r = sim(page)
+    assert.are.equal("thread", r.status)
+    assert.are.equal(0, r.pmc_calls)
+    page.other_thread = nil
     page.offset, page.pmc = -100, 10            -- a negative total: not a count
     assert.are.equal("negative", sim(page).status)
   end)
