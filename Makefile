@@ -25,7 +25,7 @@ endif
 
 TARGET := $(OUTDIR)/perf_event/core.so
 
-.PHONY: all asan test test-asan lint clean bench
+.PHONY: all asan test test-asan lint clean bench doc
 all: $(TARGET)
 
 $(TARGET): $(SRCS) $(HDRS) Makefile
@@ -77,6 +77,10 @@ test-asan: fixtures asan
 lint:
 	luacheck lua spec bin examples bench
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --std=c11 csrc
+
+# the LDoc reference (lua-ldoc) -> doc/reference/
+doc:
+	ldoc .
 
 clean:
 	rm -rf build
