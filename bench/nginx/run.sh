@@ -1,9 +1,13 @@
 #!/bin/sh
 # Requests/s of nginx on loopback with wrk: without the perfreq module
-# (baseline), with per-request counters (access_by_lua + log_by_lua), and
-# with an always-on 1 kHz sampler drained every 100 ms by a timer.
+# (baseline), with per-request counters in log_by_lua (every request:
+# "counters"; one request in 100: "counters100"), and with an always-on
+# 1 kHz sampler drained every 100 ms by a timer ("sampler").
 # Rounds are interleaved (baseline, counters, sampler, baseline, ...) and
 # the median of each mode is reported with its drop against the baseline.
+# Throughput on a shared machine is noisy, so each run also measures the
+# worker's CPU time per request with `luaperf stat -p WORKER -e task-clock`
+# over the wrk run: the cost the module adds, independent of contention.
 #   bench/nginx/run.sh [SECONDS_PER_RUN] [ROUNDS] [CONNECTIONS]
 # Needs: nginx, libnginx-mod-http-lua, wrk; 'make' done.
 set -eu
@@ -34,12 +38,14 @@ stop() {
   fi
 }
 
-start() {   # $1 = baseline | counters | sampler
-  c='#'; s='#'
+start() {   # $1 = baseline | counters | counters100 | sampler
+  c='#'; h='#'; s='#'
   [ "$1" = counters ] && c=''
+  [ "$1" = counters100 ] && h=''
   [ "$1" = sampler ] && s=''
   sed -e "s|@LUA_PATH@|$T/lua/?.lua;$T/lua/?/init.lua|" -e "s|@LUA_CPATH@|$T/lib/?.so|" \
-      -e "s|@PORT@|$PORT|" -e "s|@MODE_COUNTERS@|$c|g" -e "s|@MODE_SAMPLER@|$s|g" \
+      -e "s|@PORT@|$PORT|" -e "s|@MODE_COUNTERS@|$c|g" -e "s|@MODE_COUNTERS100@|$h|g" \
+      -e "s|@MODE_SAMPLER@|$s|g" \
       bench/nginx/nginx.conf.in > "$T/conf/nginx.conf"
   nginx -p "$T" -c "$T/conf/nginx.conf"
   i=0
@@ -48,12 +54,19 @@ start() {   # $1 = baseline | counters | sampler
   done
 }
 
-run() {   # prints requests/s
-  wrk -t1 -c"$CONNS" -d"${DUR}s" "http://127.0.0.1:$PORT/hello" | awk '/^Requests\/sec/ {print $2}'
+run() {   # prints "requests/s cpu-us-per-request"
+  master=$(cat "$T/logs/nginx.pid")
+  worker=$(ps -o pid= --ppid "$master" | head -1 | tr -d ' ')
+  bin/luaperf stat -x, -e task-clock -p "$worker" -o "$T/tc.csv" -- sleep "$DUR" &
+  lp=$!
+  wrk -t1 -c"$CONNS" -d"${DUR}s" "http://127.0.0.1:$PORT/hello" > "$T/wrk.txt"
+  wait $lp
+  rps=$(awk '/^Requests\/sec/ {print $2}' "$T/wrk.txt")
+  awk -F, -v rps="$rps" -v dur="$DUR" '$3 == "task-clock" { printf "%s %.2f\n", rps, $1 * 1000 / (rps * dur) }' "$T/tc.csv"
 }
 
 for r in $(seq "$ROUNDS"); do
-  for m in baseline counters sampler; do
+  for m in baseline counters counters100 sampler; do
     start $m
     wrk -t1 -c"$CONNS" -d1s "http://127.0.0.1:$PORT/hello" >/dev/null   # warm-up
     v=$(run)
@@ -62,7 +75,7 @@ for r in $(seq "$ROUNDS"); do
     fi
     stop
     echo "$m $v" >> "$T/results"
-    echo "round $r: $m $v req/s"
+    echo "round $r: $m $v" | awk '{ printf "round %s %-11s %10.0f req/s  %6.2f us CPU/request\n", $2, $3, $4, $5 }' 
   done
 done
 
@@ -70,16 +83,19 @@ echo "--- hottest functions under the sampler (last round):"
 cat "$T/top.txt"
 echo "--- median requests/s over $ROUNDS rounds of ${DUR}s, wrk -t1 -c$CONNS, 1 nginx worker:"
 awk '
-  { v[$1] = v[$1] " " $2 }
+  function median(list,   a, n, x, y, t) {
+    n = split(list, a, " ")
+    for (x = 1; x <= n; x++) for (y = x + 1; y <= n; y++) if (a[y] < a[x]) { t = a[x]; a[x] = a[y]; a[y] = t }
+    return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  }
+  { v[$1] = v[$1] " " $2; c[$1] = c[$1] " " $3 }
   END {
-    split("baseline counters sampler", modes, " ")
-    for (i = 1; i <= 3; i++) {
-      m = modes[i]; n = split(v[m], a, " ")
-      for (x = 1; x <= n; x++) for (y = x + 1; y <= n; y++) if (a[y] < a[x]) { t = a[x]; a[x] = a[y]; a[y] = t }
-      med[m] = (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    for (i = 1; i <= 3; i++) {
+    split("baseline counters counters100 sampler", modes, " ")
+    for (i = 1; i <= 4; i++) { m = modes[i]; med[m] = median(v[m]); cpu[m] = median(c[m]) }
+    for (i = 1; i <= 4; i++) {
       m = modes[i]
-      printf "%-9s %10.0f req/s  %+6.2f %%\n", m, med[m], 100 * (med[m] - med["baseline"]) / med["baseline"]
+      printf "%-11s %10.0f req/s  %+6.2f %%   %6.2f us CPU/request  %+6.2f %%\n", m, med[m],
+             100 * (med[m] - med["baseline"]) / med["baseline"], cpu[m],
+             100 * (cpu[m] - cpu["baseline"]) / cpu["baseline"]
     }
   }' "$T/results"
