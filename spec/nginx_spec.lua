@@ -81,15 +81,20 @@ describe("nginx with the perfreq module", function()
     error("no free port on 127.0.0.1")
   end
 
+  -- graceful stop (QUIT), then TERM, then KILL: never leave nginx behind
   local function stop()
     local pid = dir and read(dir .. "/logs/nginx.pid")
-    if pid and pid:match("%d+") then
-      sh("kill -QUIT " .. pid:match("%d+"))
-      for _ = 1, 100 do
-        if not select(2, sh("kill -0 " .. pid:match("%d+"))) then break end
+    pid = pid and pid:match("%d+")
+    if not pid then return end
+    local workers = sh("ps -o pid= --ppid " .. pid):gsub("%s+", " ")
+    for _, sig in ipairs({ "QUIT", "TERM", "KILL" }) do
+      sh("kill -" .. sig .. " " .. pid)
+      for _ = 1, 60 do
+        if not select(2, sh("kill -0 " .. pid)) then return end
         sh("sleep 0.05")
       end
     end
+    if workers:find("%d") then sh("kill -KILL " .. workers) end
   end
 
   local function get(path)

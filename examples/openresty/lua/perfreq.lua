@@ -38,6 +38,7 @@ local log_info = true     -- whether the error log takes info lines
 local every, seen = 1, 0
 local last_tc, last_pf, last_cs   -- reading at the end of the previous request
 local last_seen = -1
+local use_start = false           -- start() was called once: look in ngx.ctx
 
 function M.init_worker(opts)
   local err
@@ -61,6 +62,7 @@ end
 -- the previous request.  Costs one more read and one Lua phase.
 function M.start()
   if not group then return end
+  use_start = true
   local t = group:read(buf)
   if t then
     local ctx = ngx.ctx
@@ -94,8 +96,8 @@ function M.log()
   local t = group:read(buf)
   if not t then return end
   local tc, pf, cs = t[1], t[2], t[3]
-  local ctx = ngx.ctx
-  if ctx.perf_tc then
+  local ctx = use_start and ngx.ctx   -- ngx.ctx costs a table per request
+  if ctx and ctx.perf_tc then
     account(tc - ctx.perf_tc, pf - ctx.perf_pf, cs - ctx.perf_cs)
   elseif phase == 0 and last_seen == seen - 1 then
     account(tc - last_tc, pf - last_pf, cs - last_cs)
