@@ -145,8 +145,9 @@ describe("pe.stat", function()
                           { { type = "software", config = 1, name = "task-clock" } })
     assert.is_false(ok)
     assert.truthy(tostring(err):find("boom", 1, true))
-    collectgarbage()
-    assert.equal(before, fd_count())
+    -- not more descriptors than before (a file an earlier test dropped may
+    -- have been collected meanwhile)
+    assert.truthy(fd_count() <= before)
   end)
 end)
 

@@ -9,7 +9,7 @@
 local string, table, math, io = string, table, math, io
 local type, ipairs, pairs, tonumber, tostring, error, setmetatable, select, pcall =
       type, ipairs, pairs, tonumber, tostring, error, setmetatable, select, pcall
-local format, rep = string.format, string.rep
+local format = string.format
 local unpack = table.unpack or unpack  -- luacheck: ignore
 
 local M = {}
