@@ -25,7 +25,7 @@ endif
 
 TARGET := $(OUTDIR)/perf_event/core.so
 
-.PHONY: all asan test test-asan lint clean bench doc
+.PHONY: all asan test test-asan lint clean bench doc bench-read bench-records bench-nginx
 all: $(TARGET)
 
 $(TARGET): $(SRCS) $(HDRS) Makefile
@@ -77,6 +77,15 @@ test-asan: fixtures asan
 lint:
 	luacheck lua spec bin examples bench
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --std=c11 csrc
+
+# benchmarks: ratios against a C baseline in the same run (see README)
+bench-read: all
+	bench/read/run 9 200000
+bench-records: all
+	bench/records/run.sh 50000 15
+bench-nginx: all fixtures
+	bench/nginx/run.sh 8 3
+bench: bench-read bench-records bench-nginx
 
 # the LDoc reference (lua-ldoc) -> doc/reference/
 doc:
