@@ -141,6 +141,8 @@ describe("parse fuzz", function()
     check(string.rep("{", 10000))
     check(string.rep("a,", 2000))
     check("\0\1\2\255")
+    check("sch[d:sc[Thed_switch") -- unbalanced glob bracket in a tracepoint name
+    check("sched:sched_wak[")
     check("msr/event=" .. string.rep("9", 100) .. "/")
     check("mem:" .. string.rep("f", 40))
     check("r" .. string.rep("0", 40) .. "1")

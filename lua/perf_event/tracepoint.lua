@@ -141,11 +141,12 @@ function M.list(glob, readdir_order)
     return out
   end
   local pat = "^" .. gsub(gsub(gsub(glob, "[%^%$%(%)%%%.%+%-]", "%%%0"), "%*", "[^:]*"), "%?", "[^:]") .. "$"
-  local ok = pcall(match, "", pat)
-  if not ok then return {} end
-  for _, n in ipairs(all) do
-    if match(n, pat) then out[#out + 1] = n end
-  end
+  local ok = pcall(function()
+    for _, n in ipairs(all) do
+      if match(n, pat) then out[#out + 1] = n end
+    end
+  end)
+  if not ok then return {} end -- a malformed bracket in the glob matches nothing
   if not readdir_order then sort(out) end
   return out
 end
