@@ -217,7 +217,9 @@ static int l_open(lua_State *L)
     if (lua_type(L, 4) == LUA_TNUMBER) {
       cg_fd = (int)lua_tointeger(L, 4);
     } else if (lua_type(L, 4) == LUA_TSTRING) {
-      const char *path = lua_tostring(L, 4);
+      size_t plen;
+      const char *path = lua_tolstring(L, 4, &plen);
+      if (strlen(path) != plen) luaL_error(L, "option 'cgroup': the path contains a NUL byte");
       cg_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (cg_fd < 0) {
         err = errno;

@@ -353,6 +353,7 @@ static int l_poll(lua_State *L)
   struct pollfd p;
   if (!lua_isnoneornil(L, 2)) {
     lua_Number t = luaL_checknumber(L, 2);
+    if (t != t) return luaL_argerror(L, 2, "timeout is NaN");   /* (int)NaN: wait forever */
     if (t < 0) timeout = -1;
     else timeout = t > 2147483647.0 ? 2147483647 : (int)t;
   }

@@ -353,11 +353,14 @@ if jit then pcall(require, "perf_event.fast") end  -- FFI routes for read/enable
 do
   local gidx = core.group_mt.__index
   local eidx = core.event_mt.__index
+  local gmembers = gidx.members
   for _, m in ipairs({ "refresh", "period", "set_output", "set_filter", "set_bpf",
                        "pause_output", "modify", "query_bpf", "fd", "id", "attr", "info" }) do
     local f = eidx[m]
     gidx[m] = function(g, ...)
-      return f(g:members()[1], ...)
+      local leader = gmembers(g)[1]   -- gmembers raises on a wrong self
+      if not leader then error("attempt to use a closed perf_event.group", 2) end
+      return f(leader, ...)
     end
   end
   gidx.name = function(g)

@@ -262,8 +262,16 @@ function M.list(pattern)
     for _, n in ipairs(tp.list() or {}) do names[#names + 1] = n end
   end
   if pattern == nil then return names end
+  if type(pattern) ~= "string" and type(pattern) ~= "number" then
+    error("perf_event.list: pattern must be a string, got " .. type(pattern), 2)
+  end
   local pat
-  if find(pattern, "[%*%?]") then pat = glob_to_pattern(pattern) end
+  if find(pattern, "[%*%?]") then
+    -- each '*' is one level of the matcher's recursion (limit ~200)
+    local glob, stars = string.gsub(string.gsub(pattern, "%*+", "*"), "%*", "*")
+    if stars > 64 then error("perf_event.list: pattern has more than 64 '*' wildcards", 2) end
+    pat = glob_to_pattern(glob)
+  end
   local out = {}
   for _, n in ipairs(names) do
     if (pat and match(n, pat)) or (not pat and find(n, pattern, 1, true)) then out[#out + 1] = n end

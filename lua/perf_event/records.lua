@@ -296,6 +296,9 @@ end
 --   loop must then not keep `rec` past the iteration
 -- @treturn function iterator yielding record tables
 function M.records(ev, reuse)
+  if getmetatable(ev) ~= core.event_mt then   -- not an event: say so, as the C methods do
+    error("bad argument #1 to 'records' (perf_event.event expected, got " .. type(ev) .. ")", 2)
+  end
   local p = plan(ev)
   local it, s, c
   if reuse ~= nil and type(reuse) ~= "table" then
