@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,10 +52,34 @@ static int sys_perf_event_open(struct pe_attr *a, int pid, int cpu, int group_fd
   return (int)syscall(PE_NR_perf_event_open, a, pid, cpu, group_fd, flags);
 }
 
+/* ---- fork --------------------------------------------------------------- */
+unsigned pe_fork_gen = 1;
+
+static void atfork_child(void)
+{
+  pe_fork_gen++;
+}
+
+void pe_event_after_fork(pe_event *ev)
+{
+  /* the child has the fd but not the mapping: drop the pointers, never
+   * munmap (the range may hold another mapping by now) */
+  ev->page = NULL;
+  ev->map_len = 0;
+  ev->data_pages = 0;
+  free(ev->scratch);     /* heap, copied: ring state incl. the AUX pointer */
+  ev->scratch = NULL;
+  ev->scratch_len = 0;
+  ev->flags &= ~PE_EV_SELFMON;    /* pid 0 meant the parent */
+  ev->gen = pe_fork_gen;
+}
+
 /* ---- accessors --------------------------------------------------------- */
 pe_event *pe_to_event(lua_State *L, int idx)
 {
-  return (pe_event *)luaL_checkudata(L, idx, PE_EVENT_MT);
+  pe_event *ev = (pe_event *)luaL_checkudata(L, idx, PE_EVENT_MT);
+  if (ev->gen != pe_fork_gen) pe_event_after_fork(ev);
+  return ev;
 }
 
 pe_event *pe_check_event(lua_State *L, int idx)
@@ -256,6 +281,7 @@ again:
 
   ev = (pe_event *)pe_newuserdata(L, sizeof *ev);  /* stack 5 */
   memset(ev, 0, sizeof *ev);
+  ev->gen = pe_fork_gen;
   ev->fd = fd;
   ev->attr = a;
   ev->read_format = a.read_format;
@@ -865,6 +891,11 @@ static const luaL_Reg funcs[] = {
 
 int pe_open_events(lua_State *L)
 {
+  static int atfork_done = 0;
+  if (!atfork_done) {    /* glibc unregisters it if the module is dlclose'd */
+    pthread_atfork(NULL, NULL, atfork_child);
+    atfork_done = 1;
+  }
   /* stack: module table */
   luaL_newmetatable(L, PE_EVENT_MT);
   lua_newtable(L);

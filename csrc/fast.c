@@ -89,6 +89,7 @@ static inline void store_double(uint64_t *slot, uint64_t v)
 int pe_fast_read(pe_event *ev, uint64_t *out)
 {
   int rc = 3;
+  if (ev->gen != pe_fork_gen) return -1;    /* forked: the C method fixes it up */
   if (ev->read_format != RF_TIMES || (ev->page && (ev->page->capabilities & PE_CAP_USER_RDPMC))) {
     /* not what pe.open asks for, or the kernel may let us use rdpmc */
     if (read_general(ev, out) < 0) return -1;

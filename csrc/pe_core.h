@@ -100,7 +100,15 @@ typedef struct pe_event {
   void *scratch;             /* contiguous copy of a wrapped record */
   size_t scratch_len;
   struct pe_attr attr;       /* what was passed to the kernel */
+  unsigned gen;              /* pe_fork_gen when created (see below) */
 } pe_event;
+
+/* Bumped in a forked child (pthread_atfork).  The kernel does not copy
+ * perf mappings into a child (VM_DONTCOPY), so an event whose gen differs
+ * has a stale page pointer: pe_to_event forgets its mapping (no munmap)
+ * before any method runs, and the FFI entry points fall back to it. */
+extern unsigned pe_fork_gen;
+void pe_event_after_fork(pe_event *ev);
 
 #define GROUP_MAX 256
 

@@ -196,7 +196,7 @@ int pe_ring_next(pe_event *ev, const unsigned char **rec)
   struct pe_event_header h;
   uint64_t avail;
   size_t off;
-  if (ev->fd < 0 || !ev->page || !st) return -2;
+  if (ev->fd < 0 || !ev->page || !st || ev->gen != pe_fork_gen) return -2;
   if (st->backward) {
     const unsigned char *p;
     if (!st->pass) { backward_snapshot(ev, st); st->pass = 1; }
@@ -539,6 +539,7 @@ static int l_sim_ring(lua_State *L)
   maplen = ps * (1 + pages);
   ev = (pe_event *)pe_newuserdata(L, sizeof *ev);     /* 4 */
   memset(ev, 0, sizeof *ev);
+  ev->gen = pe_fork_gen;
   ev->fd = -1;
   ev->flags = PE_EV_CLOSED;
   luaL_getmetatable(L, PE_EVENT_MT);

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,12 +186,29 @@ static int l_child_pid(lua_State *L)
   return 1;
 }
 
+/* one byte to the gate; a child that is already gone gives EPIPE, never a
+ * SIGPIPE that would kill the host (SIGPIPE blocked, consumed, restored) */
+static void gate_write(int fd)
+{
+  sigset_t set, old, pend;
+  struct timespec zero = {0, 0};
+  int was_pending;
+  sigemptyset(&set);
+  sigaddset(&set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &set, &old);
+  sigpending(&pend);
+  was_pending = sigismember(&pend, SIGPIPE);
+  while (write(fd, "g", 1) < 0 && errno == EINTR) {}
+  if (!was_pending) while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR) {}
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 static int l_child_start(lua_State *L)
 {
   pe_child *c = check_child(L);
   int err;
   if (c->gate < 0) return luaL_error(L, "child:start(): the child was already started");
-  while (write(c->gate, "g", 1) < 0 && errno == EINTR) {}
+  gate_write(c->gate);
   close_fd(&c->gate);
   err = exec_result(c);
   if (err) {

@@ -311,6 +311,7 @@ int pe_l_time_conv(lua_State *L)
   if (ev) {
     uint64_t caps;
     if (ev->fd < 0) return luaL_error(L, "attempt to use a closed perf_event.event");
+    if (ev->gen != pe_fork_gen) pe_event_after_fork(ev);   /* no mapping in a child */
     if (!ev->page) {
       lua_pushnil(L);
       lua_pushfstring(L, "time_conv(%s): the event has no user page (only mapped events "

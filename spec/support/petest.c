@@ -13,6 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
+#include <sys/time.h>
+#include <signal.h>
 #include <lua.h>
 #include <lauxlib.h>
 
@@ -170,7 +173,69 @@ static int t_closefd(lua_State *L)
   return 0;
 }
 
+/* petest.fork_run(code, ...) -> exit code | -signal: forks; the child runs
+ * the Lua chunk `code` in its copy of this state with the extra
+ * arguments as `...`, prints any error to stderr, and _exits with the
+ * chunk's integer result (0 for nil/true, 1 for false, 99 on an error);
+ * the parent waits for it.  Lets the fork specs act inside a child. */
+static int t_fork_run(lua_State *L)
+{
+  size_t len;
+  const char *code = luaL_checklstring(L, 1, &len);
+  int nargs = lua_gettop(L) - 1, status;
+  pid_t pid;
+  fflush(NULL);
+  pid = fork();
+  if (pid < 0) return luaL_error(L, "fork: %s", strerror(errno));
+  if (pid == 0) {
+    int rc = 99;
+    if (luaL_loadbuffer(L, code, len, "=fork_run") == 0) {
+      lua_insert(L, 2);
+      if (lua_pcall(L, nargs, 1, 0) == 0) {
+        if (lua_isnumber(L, -1)) rc = (int)lua_tonumber(L, -1);
+        else rc = (lua_isnil(L, -1) || lua_toboolean(L, -1)) ? 0 : 1;
+      }
+    }
+    if (rc == 99) fprintf(stderr, "fork_run child: %s\n", lua_tostring(L, -1));
+    fflush(NULL);
+    _exit(rc);
+  }
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return luaL_error(L, "waitpid: %s", strerror(errno));
+  lua_pushinteger(L, WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
+  return 1;
+}
+
+/* petest.itimer(usec) starts SIGALRM every usec with a handler installed
+ * without SA_RESTART (so blocking calls see EINTR); petest.itimer(0) stops
+ * it and returns how many signals arrived. */
+static volatile sig_atomic_t alarms;
+static void on_alarm(int sig) { (void)sig; alarms++; }
+static int t_itimer(lua_State *L)
+{
+  long us = (long)luaL_checknumber(L, 1);
+  struct itimerval it;
+  struct sigaction sa;
+  memset(&it, 0, sizeof it);
+  memset(&sa, 0, sizeof sa);
+  if (us > 0) {
+    alarms = 0;
+    sa.sa_handler = on_alarm;          /* no SA_RESTART */
+    sigaction(SIGALRM, &sa, NULL);
+    it.it_interval.tv_sec = it.it_value.tv_sec = us / 1000000;
+    it.it_interval.tv_usec = it.it_value.tv_usec = us % 1000000;
+    setitimer(ITIMER_REAL, &it, NULL);
+    return 0;
+  }
+  setitimer(ITIMER_REAL, &it, NULL);
+  sa.sa_handler = SIG_IGN;
+  sigaction(SIGALRM, &sa, NULL);
+  lua_pushinteger(L, alarms);
+  return 1;
+}
+
 static const luaL_Reg fns[] = {
+  {"fork_run", t_fork_run}, {"itimer", t_itimer},
   {"bpf_load", t_bpf_load}, {"closefd", t_closefd},
   {"getppid", t_getppid}, {"close", t_close}, {"write_cell", t_write_cell},
   {"read_cell", t_read_cell}, {"cell_addr", t_cell_addr}, {"xfunc", t_xfunc},
