@@ -160,14 +160,18 @@ function M.profile()
   local sym = symbols.new()
   sym:load_maps("self")
   local counts = {}
+  ngx.update_time()
   local deadline = ngx.now() + seconds
-  -- drain while sleeping so the ring never fills
-  while ngx.now() < deadline do
-    ngx.sleep(math.min(0.1, deadline - ngx.now()))
+  -- drain while sleeping so the ring never fills.  ngx.now() is nginx's
+  -- cached clock: refresh it, and never sleep(0) (a busy loop that floods
+  -- the error log with "sleep(0) called without delayed events patch")
+  repeat
+    ngx.sleep(math.max(0.001, math.min(0.1, deadline - ngx.now())))
+    ngx.update_time()
     for rec in ev:records() do
       if rec.type == "sample" then fold(counts, sym, rec) end
     end
-  end
+  until ngx.now() >= deadline
   ev:disable()
   for rec in ev:records() do
     if rec.type == "sample" then fold(counts, sym, rec) end
