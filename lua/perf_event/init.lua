@@ -87,15 +87,21 @@ local ATTR_ONLY = { event = true, name = true }
 
 -- spec -> attr table (a fresh copy the caller may change), name, and
 -- whether the caller chose the privilege level (so no auto exclusion)
+local function copy_attr(a)
+  local c = {}
+  for k, v in pairs(a) do c[k] = v end
+  return c
+end
+
 local function resolve(spec, level)
-  local attr, name, explicit_priv
+  local attr, name, explicit_priv, guest
   if type(spec) == "string" then
     local list, err = M.parse(spec)
     if not list then error(err, level + 1) end
     if #list ~= 1 then
       error(("perf_event: '%s' names %d events; use pe.group for several"):format(spec, #list), level + 1)
     end
-    attr, name = list[1].attr, list[1].name
+    attr, name, guest = copy_attr(list[1].attr), list[1].name, list[1].guest_default
     explicit_priv = list[1].mods and list[1].mods:find("[ukh]") ~= nil
   elseif type(spec) == "table" then
     if spec.event ~= nil then
@@ -107,11 +113,8 @@ local function resolve(spec, level)
       if #list ~= 1 then
         error(("perf_event: '%s' names %d events"):format(spec.event, #list), level + 1)
       end
-      attr, name = list[1].attr, list[1].name
+      attr, name, guest = copy_attr(list[1].attr), list[1].name, list[1].guest_default
       explicit_priv = list[1].mods and list[1].mods:find("[ukh]") ~= nil
-      local copy = {}
-      for k, v in pairs(attr) do copy[k] = v end
-      attr = copy
     else
       attr = {}
     end
@@ -121,6 +124,7 @@ local function resolve(spec, level)
     if spec.exclude_kernel ~= nil or spec.exclude_user ~= nil or spec.exclude_hv ~= nil then
       explicit_priv = true
     end
+    if spec.exclude_guest ~= nil then guest = nil end
     if spec.name ~= nil then
       name = tostring(spec.name)
     elseif not name then
@@ -129,7 +133,19 @@ local function resolve(spec, level)
   else
     error("perf_event: spec must be an event string or a table, got " .. type(spec), level + 1)
   end
-  return attr, name, explicit_priv
+  return attr, name, explicit_priv, guest
+end
+
+-- core.open, plus perf's fallback for PMUs that refuse the exclude_guest
+-- bit perf sets by default on events written without modifiers (msr):
+-- on EINVAL, once more without it
+local function open_attr(attr, o, guest_default)
+  local ev, err, errno = core.open(attr, o)
+  if not ev and errno == 22 and guest_default and attr.exclude_guest then
+    attr.exclude_guest = nil
+    ev, err, errno = core.open(attr, o)
+  end
+  return ev, err, errno
 end
 
 local OPEN_OPTS = { pid = true, cpu = true, group = true, cgroup = true, cloexec = true,
@@ -160,11 +176,11 @@ end
 -- @treturn[2] string message naming the errno and what to do
 -- @treturn[2] number errno
 function M.open(spec, opts)
-  local attr, name, explicit = resolve(spec, 2)
+  local attr, name, explicit, guest = resolve(spec, 2)
   if attr.read_format == nil and not attr.sample_period and not attr.sample_freq then
     attr.read_format = COUNT_FORMAT
   end
-  return core.open(attr, core_opts(opts, name, not explicit, 2))
+  return open_attr(attr, core_opts(opts, name, not explicit, 2), guest)
 end
 
 local function group_specs(specs, level)
@@ -174,17 +190,16 @@ local function group_specs(specs, level)
     local out = {}
     for i, e in ipairs(list) do
       local explicit = e.mods and e.mods:find("[ukh]") ~= nil
-      local copy = {}
-      for k, v in pairs(e.attr) do copy[k] = v end
-      out[i] = { attr = copy, name = e.name, explicit = explicit }
+      out[i] = { attr = copy_attr(e.attr), name = e.name, explicit = explicit,
+                 guest = e.guest_default }
     end
     return out
   elseif type(specs) == "table" then
     if #specs == 0 then error("perf_event: pe.group needs at least one event", level + 1) end
     local out = {}
     for i, s in ipairs(specs) do
-      local attr, name, explicit = resolve(s, level + 1)
-      out[i] = { attr = attr, name = name, explicit = explicit }
+      local attr, name, explicit, guest = resolve(s, level + 1)
+      out[i] = { attr = attr, name = name, explicit = explicit, guest = guest }
     end
     return out
   end
@@ -209,7 +224,7 @@ function M.group(specs, opts)
     if i == 1 then m.attr.disabled = true end
     local o = core_opts(opts, m.name, not m.explicit, 2)
     if i > 1 then o.group = evs[1] end
-    local ev, err, errno = core.open(m.attr, o)
+    local ev, err, errno = open_attr(m.attr, o, m.guest)
     if not ev then
       for j = #evs, 1, -1 do evs[j]:close() end
       return nil, err, errno
