@@ -69,6 +69,7 @@ test: fixtures
 	$(MAKE) LUA=lua5.4
 	$(MAKE) LUA=lua5.1
 	$(MAKE) asan
+	$(MAKE) fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
 	tools/runtests
 
 test-asan: fixtures asan
@@ -101,6 +102,8 @@ clean:
 # make soak [SOAK_SECONDS=60]  10^5 open/mmap/close cycles + a 10 kHz session
 FUZZ_CC ?= clang-14
 FUZZ_SECONDS ?= 5
+# seconds per fuzz target inside `make test`
+TEST_FUZZ_SECONDS ?= 5
 FUZZ_TARGETS := readfmt records attr
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -fno-omit-frame-pointer -std=gnu11 -Wall -Wextra -Werror -I/usr/include/lua5.4
@@ -123,6 +126,6 @@ test-valgrind: fixtures
 	tools/valgrind-run
 
 soak: fixtures all
-	PE_SOAK=long luajit /usr/bin/busted spec/soak_spec.lua
+	PE_SOAK=long PE_SUITES=luajit tools/runtests spec/soak_spec.lua
 
 .PHONY: fuzz fuzz-build fuzz-seed test-valgrind soak
