@@ -94,7 +94,7 @@ describe("soak", function()
     assert.is_true(samples - before > 1000 * SECONDS)   -- it did sample (>= 1 kHz of CPU)
     local grown = rss() - mem
     report("%d s at 10 kHz: %d samples, lost %d, RSS %d -> %d bytes (%+d)", SECONDS,
-      samples - before, tonumber(ev:lost()), mem, mem + grown, grown)
+      samples - before, tonumber((ev:lost())), mem, mem + grown, grown)
     if CHECK_RSS then
       assert(grown < RSS_SLACK, ("RSS grew by %d bytes during the session"):format(grown))
     end
