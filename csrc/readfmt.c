@@ -41,7 +41,7 @@ long pe_readfmt_decode(const unsigned char *buf, size_t len, uint64_t rf,
     per = 8 * (1 + ((rf & PE_FORMAT_ID) ? 1 : 0) + ((rf & PE_FORMAT_LOST) ? 1 : 0));
     if (nr > (len - pos) / per) return -1;
     for (i = 0; i < nr; i++) {
-      pe_readval tmp, *v = i < out->cap ? &out->v[i] : &tmp;
+      pe_readval tmp = {0, 0, 0}, *v = i < out->cap ? &out->v[i] : &tmp;
       memset(v, 0, sizeof *v);
       TAKE(v->value);
       if (rf & PE_FORMAT_ID) TAKE(v->id);
@@ -49,7 +49,7 @@ long pe_readfmt_decode(const unsigned char *buf, size_t len, uint64_t rf,
     }
     out->nr = nr < out->cap ? nr : out->cap;
   } else {
-    pe_readval tmp, *v = out->cap ? &out->v[0] : &tmp;
+    pe_readval tmp = {0, 0, 0}, *v = out->cap ? &out->v[0] : &tmp;
     memset(v, 0, sizeof *v);
     TAKE(v->value);
     if (rf & PE_FORMAT_TOTAL_TIME_ENABLED) TAKE(out->time_enabled);

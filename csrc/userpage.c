@@ -435,7 +435,7 @@ static int sim_set(lua_State *L, int t, struct pe_mmap_page *p, int controls_ok)
     uint64_t v;
     if (!k || !in_list(k, sim_fields)) {
       if (k && controls_ok && in_list(k, sim_controls)) { lua_pop(L, 1); continue; }
-      luaL_error(L, "_userpage_sim: unknown page field '%s'", k ? k : luaL_typename(L, -2));
+      return luaL_error(L, "_userpage_sim: unknown page field '%s'", k ? k : luaL_typename(L, -2));
     }
     v = pe_check_u64(L, -1);
 #define SET(f) else if (strcmp(k, #f) == 0) p->f = (__typeof__(p->f))v

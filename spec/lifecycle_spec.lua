@@ -37,10 +37,10 @@ describe("events", function()
     ev:close()
   end)
 
-  it("thousands of events opened and dropped leave no fd or mapping behind", function()
+  it("thousands of events opened and dropped leave no perf fd or mapping behind", function()
     collectgarbage()
     collectgarbage()
-    local fds, maps = U.count_fds(), U.count_perf_maps()
+    local fds, maps = U.count_perf_fds(), U.count_perf_maps()
     for _ = 1, 3000 do
       pe.open({ type = "software", config = 1, name = "t" })          -- user page mapped
       pe.open({ type = "tracepoint", config = GETPPID, name = "s",
@@ -48,7 +48,7 @@ describe("events", function()
     end
     collectgarbage()
     collectgarbage()
-    assert.equal(fds, U.count_fds())
+    assert.equal(fds, U.count_perf_fds())
     assert.equal(maps, U.count_perf_maps())
   end)
 
@@ -65,7 +65,7 @@ describe("events", function()
   it("closes at scope exit with <close> on Lua 5.4", function()
     if _VERSION ~= "Lua 5.4" then pending("to-be-closed variables need Lua 5.4") return end
     collectgarbage(); collectgarbage()
-    local fds = U.count_fds()
+    local fds = U.count_perf_fds()
     local chunk = assert(load([[
       local pe = ...
       local ev <close> = assert(pe.open({type="software", config=1, name="t"}))
@@ -73,14 +73,14 @@ describe("events", function()
     ]]))
     local ev = chunk(pe)
     assert.equal("perf_event.event(t, closed)", tostring(ev))
-    assert.equal(fds, U.count_fds())
+    assert.equal(fds, U.count_perf_fds())
   end)
 end)
 
 describe("groups", function()
   it("close closes every member; use after close raises", function()
     collectgarbage(); collectgarbage()
-    local fds = U.count_fds()
+    local fds = U.count_perf_fds()
     local g = assert(pe.group({ { type = "software", config = 1, name = "a" },
                                 { type = "software", config = 2, name = "b" } }))
     assert.matches("^perf_event%.group%({a,b}, leader fd %d+%)$", tostring(g))
@@ -90,7 +90,7 @@ describe("groups", function()
     assert.equal("perf_event.group(closed)", tostring(g))
     assert.equal("perf_event.event(b, closed)", tostring(members[2]))
     assert.has_error(function() g:read() end, "attempt to use a closed perf_event.group")
-    assert.equal(fds, U.count_fds())
+    assert.equal(fds, U.count_perf_fds())
   end)
 
   it("a group used after its leader closed raises", function()
@@ -103,14 +103,14 @@ describe("groups", function()
 
   it("a failing member closes the members already opened", function()
     collectgarbage(); collectgarbage()
-    local fds = U.count_fds()
+    local fds = U.count_perf_fds()
     local g, msg, errno = pe.group({ { type = "software", config = 1, name = "a" },
                                      { type = "software", config = 77, name = "bad" } })
     assert.is_nil(g)
     assert.equal(2, errno)
     assert.matches("perf_event_open(bad)", msg, 1, true)
     collectgarbage()
-    assert.equal(fds, U.count_fds())
+    assert.equal(fds, U.count_perf_fds())
   end)
 
   it("forwards the remaining ioctls to its leader", function()

@@ -139,11 +139,21 @@ end
 -- core.open, plus perf's fallback for PMUs that refuse the exclude_guest
 -- bit perf sets by default on events written without modifiers (msr):
 -- on EINVAL, once more without it
+-- A caller mistake the core raises (unknown field, bad option) is raised
+-- again at the line that called pe.open/pe.group, without our position.
+local function core_open(attr, o)
+  local ok, ev, err, errno = pcall(core.open, attr, o)
+  if not ok then
+    error((tostring(ev):gsub("^[%w%._/%-]+:%d+: ", "")), 4)
+  end
+  return ev, err, errno
+end
+
 local function open_attr(attr, o, guest_default)
-  local ev, err, errno = core.open(attr, o)
+  local ev, err, errno = core_open(attr, o)
   if not ev and errno == 22 and guest_default and attr.exclude_guest then
     attr.exclude_guest = nil
-    ev, err, errno = core.open(attr, o)
+    ev, err, errno = core_open(attr, o)
   end
   return ev, err, errno
 end
@@ -180,7 +190,9 @@ function M.open(spec, opts)
   if attr.read_format == nil and not attr.sample_period and not attr.sample_freq then
     attr.read_format = COUNT_FORMAT
   end
-  return open_attr(attr, core_opts(opts, name, not explicit, 2), guest)
+  -- not a tail call: core_open raises at a fixed level above this frame
+  local ev, err, errno = open_attr(attr, core_opts(opts, name, not explicit, 2), guest)
+  return ev, err, errno
 end
 
 local function group_specs(specs, level)

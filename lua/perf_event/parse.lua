@@ -803,7 +803,7 @@ function M.parse(str)
   end)
 end
 
-------------------------------------------------------------------------
+-- ---------------------------------------------------------------------
 -- describe / tostring
 
 -- perf's print order (tools/perf/util/perf_event_attr_fprintf.c)

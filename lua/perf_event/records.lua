@@ -291,6 +291,7 @@ end
 
 --- `event:records([reuse])`: an iterator over the records in the ring now.
 -- Tracepoint samples with `raw` also carry `fields`.
+-- @param ev the event
 -- @tparam[opt] table reuse a table the iterator may refill for each sample
 --   instead of allocating one (LuaJIT fast path: fixed-layout samples); the
 --   loop must then not keep `rec` past the iteration

@@ -34,6 +34,15 @@ function U.count_fds()
   return n
 end
 
+--- perf_event fds of this process (other fds may come and go: pipes of
+-- io.popen, children reaped by other specs)
+function U.count_perf_fds()
+  local p = io.popen("ls -l /proc/" .. U.pid() .. "/fd | grep -c 'anon_inode:\\[perf_event\\]'")
+  local n = tonumber(p:read("*l"))
+  p:close()
+  return n
+end
+
 function U.count_perf_maps()
   local f = io.open("/proc/" .. U.pid() .. "/maps")
   local n = 0
