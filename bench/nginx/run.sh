@@ -1,7 +1,8 @@
 #!/bin/sh
 # Requests/s of nginx on loopback with wrk: without the perfreq module
-# (baseline), with per-request counters in log_by_lua (every request:
-# "counters"; one request in 100: "counters100"), and with an always-on
+# (baseline), with an empty log_by_lua handler ("loglua": the price of any
+# log-phase Lua, perf or not), with per-request counters in log_by_lua
+# (every request: "counters"; one request in 100: "counters100"), and with an always-on
 # 1 kHz sampler drained every 100 ms by a timer ("sampler").
 # Rounds are interleaved (baseline, counters, sampler, baseline, ...) and
 # the median of each mode is reported with its drop against the baseline.
@@ -38,14 +39,19 @@ stop() {
   fi
 }
 
-start() {   # $1 = baseline | counters | counters100 | sampler
-  c='#'; h='#'; s='#'
+# With 2+ CPUs the worker runs on CPU 1 and wrk on CPU 0, so the two do not
+# take turns on one CPU (the largest source of noise on a small VM).
+if [ "$(nproc)" -ge 2 ]; then PIN=''; WRK="taskset -c 0 wrk"; else PIN='#'; WRK=wrk; fi
+
+start() {   # $1 = baseline | loglua | counters | counters100 | sampler
+  c='#'; h='#'; s='#'; l='#'
+  [ "$1" = loglua ] && l=''
   [ "$1" = counters ] && c=''
   [ "$1" = counters100 ] && h=''
   [ "$1" = sampler ] && s=''
   sed -e "s|@LUA_PATH@|$T/lua/?.lua;$T/lua/?/init.lua|" -e "s|@LUA_CPATH@|$T/lib/?.so|" \
       -e "s|@PORT@|$PORT|" -e "s|@MODE_COUNTERS@|$c|g" -e "s|@MODE_COUNTERS100@|$h|g" \
-      -e "s|@MODE_SAMPLER@|$s|g" \
+      -e "s|@MODE_SAMPLER@|$s|g" -e "s|@MODE_LOGLUA@|$l|g" -e "s|@PIN@|$PIN|" \
       bench/nginx/nginx.conf.in > "$T/conf/nginx.conf"
   nginx -p "$T" -c "$T/conf/nginx.conf"
   i=0
@@ -59,16 +65,16 @@ run() {   # prints "requests/s cpu-us-per-request"
   worker=$(ps -o pid= --ppid "$master" | head -1 | tr -d ' ')
   bin/luaperf stat -x, -e task-clock -p "$worker" -o "$T/tc.csv" -- sleep "$DUR" &
   lp=$!
-  wrk -t1 -c"$CONNS" -d"${DUR}s" "http://127.0.0.1:$PORT/hello" > "$T/wrk.txt"
+  $WRK -t1 -c"$CONNS" -d"${DUR}s" "http://127.0.0.1:$PORT/hello" > "$T/wrk.txt"
   wait $lp
   rps=$(awk '/^Requests\/sec/ {print $2}' "$T/wrk.txt")
   awk -F, -v rps="$rps" -v dur="$DUR" '$3 == "task-clock" { printf "%s %.2f\n", rps, $1 * 1000 / (rps * dur) }' "$T/tc.csv"
 }
 
 for r in $(seq "$ROUNDS"); do
-  for m in baseline counters counters100 sampler; do
+  for m in baseline loglua counters counters100 sampler; do
     start $m
-    wrk -t1 -c"$CONNS" -d1s "http://127.0.0.1:$PORT/hello" >/dev/null   # warm-up
+    $WRK -t1 -c"$CONNS" -d1s "http://127.0.0.1:$PORT/hello" >/dev/null   # warm-up
     v=$(run)
     if [ $m = sampler ]; then
       curl -s "http://127.0.0.1:$PORT/perf/always" | sort -t' ' -k2 -n | tail -3 > "$T/top.txt"
@@ -90,9 +96,9 @@ awk '
   }
   { v[$1] = v[$1] " " $2; c[$1] = c[$1] " " $3 }
   END {
-    split("baseline counters counters100 sampler", modes, " ")
-    for (i = 1; i <= 4; i++) { m = modes[i]; med[m] = median(v[m]); cpu[m] = median(c[m]) }
-    for (i = 1; i <= 4; i++) {
+    split("baseline loglua counters counters100 sampler", modes, " ")
+    for (i = 1; i <= 5; i++) { m = modes[i]; med[m] = median(v[m]); cpu[m] = median(c[m]) }
+    for (i = 1; i <= 5; i++) {
       m = modes[i]
       printf "%-11s %10.0f req/s  %+6.2f %%   %6.2f us CPU/request  %+6.2f %%\n", m, med[m],
              100 * (med[m] - med["baseline"]) / med["baseline"], cpu[m],
