@@ -20,6 +20,16 @@ function U.tp_id(sys, name)
   return id
 end
 
+--- package.searchpath for Lua 5.1 too
+function U.searchpath(name, path)
+  local file = name:gsub("%.", "/")
+  for tmpl in path:gmatch("[^;]+") do
+    local cand = tmpl:gsub("%?", file)
+    local f = io.open(cand)
+    if f then f:close() return cand end
+  end
+end
+
 function U.is_root()
   local f = io.open("/proc/self/status")
   local s = f:read("*a")
