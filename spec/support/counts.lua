@@ -22,7 +22,8 @@ return function(options)
   handler.suiteEnd = function()
     out:write("\n")
     for _, p in ipairs(handler.pendings) do
-      out:write(("  skipped: %s -- %s\n"):format(name_of(p.element), tostring(p.message)))
+      local why = p.message ~= nil and (" -- " .. tostring(p.message)) or ""
+      out:write(("  skipped: %s%s\n"):format(name_of(p.element), why))
     end
     local function report(kind, list)
       for _, f in ipairs(list) do
