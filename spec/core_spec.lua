@@ -125,7 +125,8 @@ describe("breakpoints", function()
     ev:close()
   end)
 
-  it("X counts executions of a function", function()
+  -- #native: valgrind runs translated copies of the code, never the original
+  it("X counts executions of a function #native", function()
     local ev = assert(pe.open(bp("x", petest.xfunc_addr(), 8)))
     petest.xfunc(7)
     assert.equal(7, (ev:read()))
@@ -174,7 +175,7 @@ describe("breakpoints", function()
   end)
 end)
 
-describe("uprobe through the dynamic PMU", function()
+describe("uprobe through the dynamic PMU #native", function()
   it("counts exactly N calls of a function in a test library", function()
     if not U.root_or_pending() then return end
     local path, off = petest.maps_offset(petest.work_addr())

@@ -119,7 +119,7 @@ describe("samples", function()
     ev:close()
   end)
 
-  it("a cpu-clock sample inside a known C function has it in the callchain", function()
+  it("a cpu-clock sample inside a known C function has it in the callchain #native", function()
     local lo, hi = rb.spin_range()
     local ev = assert(pe.open({ type = "software", config = 0, sample_period = 100000,
       sample_type = "ip|tid|callchain", disabled = true, exclude_kernel = false,
