@@ -340,14 +340,23 @@ again:
 }
 
 /* ---- simple ioctls ----------------------------------------------------- */
-static int ioctl_result(lua_State *L, int idx, const char *op, int rc, const char *hint)
+/* true, or the error triple; EEXIST (a second filter or program) gets its
+ * own hint when the ioctl can say so */
+static int ioctl_result_ex(lua_State *L, int idx, const char *op, int rc, const char *hint,
+                           const char *eexist_hint)
 {
   if (rc < 0) {
     int err = errno;
+    if (err == EEXIST && eexist_hint) hint = eexist_hint;
     return pe_push_syserror(L, op, ev_name(L, idx), err, hint);
   }
   lua_pushboolean(L, 1);
   return 1;
+}
+
+static int ioctl_result(lua_State *L, int idx, const char *op, int rc, const char *hint)
+{
+  return ioctl_result_ex(L, idx, op, rc, hint, NULL);
 }
 
 static int l_enable(lua_State *L)
@@ -415,32 +424,22 @@ static int l_set_filter(lua_State *L)
   pe_event *ev = pe_check_event(L, 1);
   size_t len;
   const char *s = luaL_checklstring(L, 2, &len);
-  int rc, err;
   if (strlen(s) != len) return luaL_argerror(L, 2, "filter contains a NUL byte");
-  rc = ioctl(ev->fd, PE_IOC_SET_FILTER, s);
-  err = errno;
-  if (rc < 0 && err == EEXIST)
-    return pe_push_syserror(L, "set_filter", ev_name(L, 1), err,
-                            "a filter is already set on this event; filters can be set once");
-  errno = err;
-  return ioctl_result(L, 1, "set_filter", rc,
-                      "filters apply to tracepoint/uprobe events and use ftrace syntax "
-                      "over the tracepoint's format fields, e.g. 'fd == 1'");
+  return ioctl_result_ex(L, 1, "set_filter", ioctl(ev->fd, PE_IOC_SET_FILTER, s),
+                         "filters apply to tracepoint/uprobe events and use ftrace syntax "
+                         "over the tracepoint's format fields, e.g. 'fd == 1'",
+                         "a filter is already set on this event; filters can be set once");
 }
 
 static int l_set_bpf(lua_State *L)
 {
   pe_event *ev = pe_check_event(L, 1);
   lua_Integer pfd = luaL_checkinteger(L, 2);
-  int rc = ioctl(ev->fd, PE_IOC_SET_BPF, (unsigned long)(uint32_t)pfd);
-  int err = errno;
-  if (rc < 0 && err == EEXIST)
-    return pe_push_syserror(L, "set_bpf", ev_name(L, 1), err,
-                            "a BPF program is already attached to this event");
-  errno = err;
-  return ioctl_result(L, 1, "set_bpf", rc,
-                      "pass a loaded BPF program fd of a type matching the event "
-                      "(TRACEPOINT, KPROBE or PERF_EVENT)");
+  return ioctl_result_ex(L, 1, "set_bpf",
+                         ioctl(ev->fd, PE_IOC_SET_BPF, (unsigned long)(uint32_t)pfd),
+                         "pass a loaded BPF program fd of a type matching the event "
+                         "(TRACEPOINT, KPROBE or PERF_EVENT)",
+                         "a BPF program is already attached to this event");
 }
 
 static int l_pause_output(lua_State *L)
