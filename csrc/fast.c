@@ -124,7 +124,7 @@ int pe_fast_ioctl(pe_event *ev, int op, int group)
 int pe_fast_group_ioctl(pe_group *g, int op)
 {
   if (g->n < 0 || g->ev[0]->fd < 0 || op < 0 || op > 2) return -1;
-  return ioctl(g->ev[0]->fd, ioctl_req(op), PE_IOC_FLAG_GROUP) < 0 ? -1 : 0;
+  return pe_group_ioctl(g, ioctl_req(op));
 }
 
 /* out[0] time_enabled, out[1] time_running, out[2+i] member i's scaled

@@ -118,6 +118,9 @@ typedef struct pe_group {
   pe_event *ev[GROUP_MAX];
 } pe_group;
 
+/* enable/disable/reset a whole group (event.c) -> 0, or -1 with errno */
+int pe_group_ioctl(pe_group *g, unsigned long req);
+
 pe_event *pe_check_event(lua_State *L, int idx);   /* raises if closed */
 pe_event *pe_to_event(lua_State *L, int idx);      /* may be closed */
 int pe_event_close(pe_event *ev);

@@ -81,6 +81,27 @@ describe("tracepoint counting", function()
     g:close()
   end)
 
+  it("a re-enabled group counts in every member (disable, reset, enable)", function()
+    -- 6.18 leaves siblings off after ENABLE|FLAG_GROUP on the leader that
+    -- follows a group DISABLE; group:enable() enables member by member
+    local g = assert(pe.group({ { type = "software", config = 1, name = "task-clock" },
+                                { type = "software", config = 2, name = "page-faults" },
+                                tp(GETPPID) }))
+    for round = 1, 3 do
+      assert.is_true(g:disable())
+      assert.is_true(g:reset())
+      assert.is_true(g:enable())
+      petest.touch_pages(200)
+      petest.getppid(round)
+      assert.is_true(g:disable())
+      local t = g:read()
+      assert.is_true(t["task-clock"] > 0)
+      assert.is_true(t["page-faults"] >= 200, "round " .. round .. ": " .. tostring(t["page-faults"]))
+      assert.equal(round, t.getppid)
+    end
+    g:close()
+  end)
+
   it("a member's disable without the group flag stops only the member (C-g3)", function()
     local g = assert(pe.group({ tp(GETPPID), tp(GETPPID, { name = "m" }) }))
     local m = g:members()[2]

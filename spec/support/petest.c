@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/syscall.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <sys/time.h>
 #include <signal.h>
@@ -234,7 +235,23 @@ static int t_itimer(lua_State *L)
   return 1;
 }
 
+/* petest.touch_pages(n): maps n fresh anonymous pages (no huge pages),
+ * writes one byte in each, unmaps them: exactly n minor page faults */
+static int t_touch_pages(lua_State *L)
+{
+  uint64_t i, n = arg_count(L, 1);
+  long ps = sysconf(_SC_PAGESIZE);
+  volatile char *p = mmap(NULL, (size_t)(n * (uint64_t)ps), PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return luaL_error(L, "mmap failed: errno %d", errno);
+  madvise((void *)p, (size_t)(n * (uint64_t)ps), MADV_NOHUGEPAGE);
+  for (i = 0; i < n; i++) p[i * (uint64_t)ps] = 1;
+  munmap((void *)p, (size_t)(n * (uint64_t)ps));
+  return 0;
+}
+
 static const luaL_Reg fns[] = {
+  {"touch_pages", t_touch_pages},
   {"fork_run", t_fork_run}, {"itimer", t_itimer},
   {"bpf_load", t_bpf_load}, {"closefd", t_closefd},
   {"getppid", t_getppid}, {"close", t_close}, {"write_cell", t_write_cell},
