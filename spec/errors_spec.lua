@@ -115,7 +115,7 @@ describe("system-call errors", function()
     local stage
     local function staged()
       if stage then return stage end
-      local p = io.popen("mktemp -d /tmp/pe-unpriv.XXXXXX")
+      local p = io.popen("mktemp -d")
       local d = p:read("*l")
       p:close()
       local core_dir = U.searchpath("perf_event.core", package.cpath):gsub("/perf_event/core%.so$", "")

@@ -12,15 +12,6 @@ local U = require("support.util")
 local NAN = 0 / 0
 local EBADF, ESRCH, EINVAL = 9, 3, 22
 
--- perf fds of this process (other fds come and go with the test harness)
-local function perf_fds()
-  collectgarbage(); collectgarbage()
-  local p = io.popen("ls -l /proc/" .. U.pid() .. "/fd 2>/dev/null | grep -c perf_event")
-  local n = tonumber(p:read("*l"))
-  p:close()
-  return n
-end
-
 -- f(...) raises an error whose message contains every plain string given
 local function raises(needles, f, ...)
   local ok, err = pcall(f, ...)
@@ -119,12 +110,12 @@ describe("pe.open with hostile specs", function()
   it("a ring larger than memory allows fails with ENOMEM or EPERM and leaks nothing", function()
     local spec = { event = "task-clock", sample_period = 100000 }
     assert.is_nil(pe.open(spec, { pages = 2 ^ 20 }))   -- warm up (lazy module loads)
-    local fds, maps = perf_fds(), U.count_perf_maps()
+    local fds, maps = U.count_perf_fds(), U.count_perf_maps()
     local ev, msg, errno = pe.open(spec, { pages = 2 ^ 20 })
     assert.is_nil(ev)
     assert.truthy(msg:find("^mmap%(task%-clock%)"))
     assert.truthy(errno == 12 or errno == 1)
-    assert.equal(fds, perf_fds())
+    assert.equal(fds, U.count_perf_fds())
     assert.equal(maps, U.count_perf_maps())
   end)
 end)

@@ -15,9 +15,13 @@ local CYCLES = LONG and 100000 or 2000
 local HALF = math.floor(CYCLES / 2)
 local SECONDS = LONG and 60 or 2
 local RSS_SLACK = 4 * 1024 * 1024
--- ASan keeps freed memory in quarantine: RSS says nothing there (fds and
--- mappings are still checked; leaks are LeakSanitizer's and valgrind's job)
-local CHECK_RSS = os.getenv("PE_SUITE") ~= "asan"
+-- RSS is judged by the long soak (`make soak`: its own process, 10^5
+-- cycles), where a leak cannot hide.  In the short one, run after every
+-- other spec in one busted process, the heap that earlier specs fragmented
+-- moved RSS by up to 11 MiB in 1000 cycles in one run out of three, with
+-- fds and mappings flat: there only fds and mappings are exact checks.
+-- (ASan keeps freed memory in quarantine: RSS says nothing there.)
+local CHECK_RSS = LONG and os.getenv("PE_SUITE") ~= "asan"
 
 -- the long run reports its figures (doc/hardening.md quotes them)
 local function report(fmt, ...)
@@ -32,16 +36,9 @@ local function rss()
   return tonumber(res) * 4096
 end
 
-local function perf_fds()
-  collectgarbage(); collectgarbage()
-  local p = io.popen("ls -l /proc/" .. U.pid() .. "/fd 2>/dev/null | grep -c perf_event")
-  local n = tonumber(p:read("*l"))
-  p:close()
-  return n
-end
-
 describe("soak", function()
-  it(("%d open/mmap/read/close cycles leave fds, mappings and RSS flat"):format(CYCLES), function()
+  it(("%d open/mmap/read/close cycles leave fds, mappings%s flat"):format(CYCLES,
+      CHECK_RSS and " and RSS" or ""), function()
     local spec = { event = "syscalls:sys_enter_getppid", sample_period = 1, sample_type = "ip" }
     local function cycle(i)
       local ev = assert(pe.open(i % 2 == 0 and spec or "task-clock", { pages = i % 2 == 0 and 1 or nil }))
@@ -50,7 +47,7 @@ describe("soak", function()
       if i % 3 == 0 then ev:close() end   -- the rest go to __gc
     end
     for i = 1, 500 do cycle(i) end         -- warm-up: modules, JIT, allocator
-    local fds, maps, mem = perf_fds(), U.count_perf_maps(), rss()
+    local fds, maps, mem = U.count_perf_fds(), U.count_perf_maps(), rss()
     -- two halves: the heap may still settle in the first (fragmentation
     -- next to what earlier specs left), a leak keeps growing in the second
     local mid
@@ -59,19 +56,20 @@ describe("soak", function()
       if i % 1000 == 0 then collectgarbage() end
       if i == HALF then mid = rss() end
     end
-    assert.equal(fds, perf_fds())
+    assert.equal(fds, U.count_perf_fds())
     assert.equal(maps, U.count_perf_maps())
     local now = rss()
     local grown, second = now - mem, now - mid
     report("%d cycles: perf fds %d -> %d, perf maps %d, RSS %d -> %d bytes (%+d; %+d in the second half)",
-      CYCLES, fds, perf_fds(), maps, mem, now, grown, second)
+      CYCLES, fds, U.count_perf_fds(), maps, mem, now, grown, second)
     if CHECK_RSS then
       assert(second < RSS_SLACK, ("RSS grew by %d bytes over the last %d cycles (%d over all %d)")
         :format(second, CYCLES - HALF, grown, CYCLES))
     end
   end)
 
-  it(("a %d-second 10 kHz sampling session drained continuously loses nothing, RSS flat"):format(SECONDS), function()
+  it(("a %d-second 10 kHz sampling session drained continuously loses nothing%s"):format(SECONDS,
+      CHECK_RSS and ", RSS flat" or ""), function()
     local ev = assert(pe.open({ event = "task-clock", sample_freq = 10000,
       sample_type = "ip|tid|time|period", disabled = true }, { pages = 64 }))
     local samples, lost_recs = 0, 0

@@ -37,16 +37,11 @@ function U.is_root()
   return s:match("\nUid:%s+0%s") ~= nil
 end
 
-function U.count_fds()
-  local p = io.popen("ls /proc/" .. U.pid() .. "/fd | wc -l")
-  local n = tonumber(p:read("*l"))
-  p:close()
-  return n
-end
-
---- perf_event fds of this process (other fds may come and go: pipes of
--- io.popen, children reaped by other specs)
+--- perf_event fds of this process, after a full GC has closed dropped
+-- events (other fds may come and go: pipes of io.popen, children reaped by
+-- other specs)
 function U.count_perf_fds()
+  collectgarbage(); collectgarbage()
   local p = io.popen("ls -l /proc/" .. U.pid() .. "/fd | grep -c 'anon_inode:\\[perf_event\\]'")
   local n = tonumber(p:read("*l"))
   p:close()
