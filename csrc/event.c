@@ -72,6 +72,7 @@ void pe_event_after_fork(pe_event *ev)
   ev->scratch_len = 0;
   ev->flags &= ~PE_EV_SELFMON;    /* pid 0 meant the parent */
   ev->gen = pe_fork_gen;
+  pe_fast_plain(ev);
 }
 
 /* ---- accessors --------------------------------------------------------- */
@@ -116,6 +117,7 @@ int pe_event_close(pe_event *ev)
     close(ev->fd);
     ev->fd = -1;
   }
+  ev->plain_fd1 = 0;
   ev->flags |= PE_EV_CLOSED;
   return had;
 }
@@ -336,6 +338,7 @@ again:
      * error (the read falls back to read(2)) */
     if (map_event(ev, 0) != 0) ev->page = NULL;
   }
+  pe_fast_plain(ev);
   return 1;
 }
 

@@ -11,6 +11,7 @@
  * the very same error or raise.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@ PE_EXPORT int pe_fast_read(pe_event *ev, uint64_t *out);
 PE_EXPORT int pe_fast_ioctl(pe_event *ev, int op, int group);
 PE_EXPORT int pe_fast_group_read(pe_group *g, uint64_t *out, int cap);
 PE_EXPORT int pe_fast_group_ioctl(pe_group *g, int op);
+PE_EXPORT uint64_t pe_fast_scale(uint64_t value, uint64_t enabled, uint64_t running);
 
 const void *pe_fast_token(void)
 {
@@ -107,6 +109,27 @@ int pe_fast_read(pe_event *ev, uint64_t *out)
   store_double(out + 4, out[1]);
   store_double(out + 5, out[2]);
   return rc;
+}
+
+/*
+ * ev:read() in its commonest shape costs one read(2) and a comparison: the
+ * FFI route (fast.lua) does those in the trace itself when plain_fd1 says
+ * so.  That holds for the read_format pe.open asks for when no rdpmc can
+ * be used: no user page, or one whose cap_user_rdpmc was off when it was
+ * mapped (software, tracepoint, breakpoint events; this VM's every event).
+ * A kernel that turns rdpmc on later is not noticed: read(2) stays right.
+ */
+void pe_fast_plain(pe_event *ev)
+{
+  int plain = ev->fd >= 0 && ev->read_format == RF_TIMES &&
+              (!ev->page || !(ev->page->capabilities & PE_CAP_USER_RDPMC));
+  ev->plain_fd1 = plain ? ev->fd + 1 : 0;
+}
+
+/* the multiplex scaling of the plain case (fast.lua's plain_rest) */
+uint64_t pe_fast_scale(uint64_t value, uint64_t enabled, uint64_t running)
+{
+  return pe_scale(value, enabled, running);
 }
 
 static unsigned long ioctl_req(int op)
@@ -197,4 +220,6 @@ void pe_fast_open(lua_State *L)
   lua_setfield(L, -2, "_userpage_sim");
   lua_pushlightuserdata(L, (void *)&fast_token);
   lua_setfield(L, -2, "_fast_token");
+  lua_pushinteger(L, (lua_Integer)(offsetof(pe_event, plain_fd1) / sizeof(int)));
+  lua_setfield(L, -2, "_plain_fd_slot");
 }

@@ -85,6 +85,9 @@ int pe_current_tid(void);
 
 typedef struct pe_event {
   int fd;                    /* -1 once closed */
+  int plain_fd1;             /* fd + 1 when ev:read() is exactly one read(2)
+                              * of value, enabled, running (pe_fast_plain);
+                              * 0 otherwise.  Read by lua/perf_event/fast.lua */
   unsigned flags;            /* PE_EV_* */
   uint64_t read_format;
   uint64_t sample_type;
@@ -141,6 +144,8 @@ int pe_userpage_try_read(const pe_event *ev, uint64_t out[3]);
 /* 0 when a read now would use rdpmc, else the reason (for info()) */
 int pe_userpage_usable(const pe_event *ev);
 const char *pe_userpage_reason(int rc);
+/* recomputes ev->plain_fd1 after the fd, the mapping or the format changed */
+void pe_fast_plain(pe_event *ev);
 /* adds time_conv, _userpage_sim, _fast_token to the module table on top */
 void pe_fast_open(lua_State *L);
 

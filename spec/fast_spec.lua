@@ -170,6 +170,49 @@ describe("perf_event.fast", function()
       ev:close()                                -- closes fd again: EBADF, ignored
     end)
 
+    it_ffi("reads a plain event by one read(2) in the trace, others through pe_fast_read", function()
+      local ffi = require("ffi")
+      local function slot(ev) return ffi.cast("int32_t *", ev)[fast._plain_slot] end
+      local ev = assert(pe.open(sw(2, "page-faults")))
+      assert.are.equal(ev:fd() + 1, slot(ev))     -- value, enabled, running; no rdpmc here
+      assert.is_true(ev:disable())
+      local a, b = pack(fast.ffi.event.read(ev)), pack(fast.c.event.read(ev))
+      assert.are.same(b, a)
+      ev:close()
+      assert.are.equal(0, slot(ev))               -- closed: the C method raises
+      assert.matches("closed", err_of(fast.ffi.event.read, ev))
+      local other = assert(pe.open(sw(2, "page-faults", { read_format = 1 + 2 + 4 })))
+      assert.are.equal(0, slot(other))            -- an id too: the general path
+      other:close()
+      local nomap = assert(pe.open(sw(2, "page-faults"), { pages = false }))
+      assert.are.equal(nomap:fd() + 1, slot(nomap))
+      nomap:close()
+    end)
+
+    it_ffi("scales a plain read as core.scale does (synthetic multiplexing)", function()
+      local ffi = require("ffi")
+      local u = ffi.typeof("uint64_t")
+      local cases = {
+        { 1000, 300, 100 },                       -- ran a third of the time
+        { 7, 10, 0 },                             -- never ran: 0
+        { 5, 0, 0 },
+        { 2 ^ 52, 2 ^ 52, 2 ^ 52 },
+      }
+      for _, c in ipairs(cases) do
+        local v, e, r = fast._plain_rest(c[1], c[2], c[3])
+        assert.are.equal(core.scale(c[1], c[2], c[3]), v)
+        assert.are.equal(c[2], e)
+        assert.are.equal(c[3], r)
+      end
+      -- past 2^53 the results are uint64_t cdata, exact
+      local big = u(2) ^ 60 + 3
+      local v, e, r = fast._plain_rest(big, u(4), u(2))
+      assert.are.equal("cdata", type(v))
+      assert.is_true(v == big * u(2))
+      assert.are.equal(4, e)
+      assert.are.equal(2, r)
+    end)
+
     it_ffi("compiles ev:read() into a looping trace (no stitching around a C call)", function()
       if not jit.status() then return pending("the JIT is off") end
       local util = require("jit.util")
