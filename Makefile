@@ -85,7 +85,7 @@ bench-read: all
 bench-records: all
 	bench/records/run.sh 50000 15
 bench-nginx: all fixtures
-	bench/nginx/run.sh 8 3
+	bench/nginx/run.sh 3 11
 bench: bench-read bench-records bench-nginx
 
 # the LDoc reference (lua-ldoc) -> doc/reference/

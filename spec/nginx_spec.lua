@@ -182,6 +182,34 @@ describe("nginx with the perfreq module", function()
     assert.truthy(prof:find("ngx_http_lua_ffi_encode_base64", 1, true), prof)
   end)
 
+  it("switches the always-on sampler on and off, and names what it sampled", function()
+    local function total()
+      local n = 0
+      for stack, count in get("/perf/always"):gmatch("([^\n]+) (%d+)\n") do
+        assert.truthy(stack:find("^nginx;"), stack)
+        n = n + tonumber(count)
+      end
+      return n
+    end
+    assert.equal("sampler on\n", get("/perf/sampler?on=1&hz=999"))
+    for _ = 1, 10 do get("/work") end
+    -- the timer drains every 100 ms: wait for the samples of the work
+    local prof
+    for _ = 1, 50 do
+      prof = get("/perf/always")
+      if prof:find("ngx_http_lua_ffi_encode_base64", 1, true) then break end
+      sh("sleep 0.1")
+    end
+    assert.truthy(prof:find("ngx_http_lua_ffi_encode_base64", 1, true), prof)
+    assert.equal("sampler off\n", get("/perf/sampler?on=0"))
+    -- off: the event is closed, the counts stay as they were
+    local n = total()
+    assert.truthy(n > 0)
+    for _ = 1, 5 do get("/work") end
+    sh("sleep 0.3")
+    assert.equal(n, total())
+  end)
+
   it("leaves no error in the error log", function()
     -- a flood (e.g. a busy ngx.sleep(0) loop) fails here, not as an OOM
     local f = assert(io.open(dir .. "/logs/error.log"))

@@ -1,20 +1,28 @@
 #!/bin/sh
-# Requests/s of nginx on loopback with wrk: without the perfreq module
-# (baseline), with an empty log_by_lua handler ("loglua": the price of any
-# log-phase Lua, perf or not), with per-request counters in log_by_lua
-# (every request: "counters"; one request in 100: "counters100"), and with an always-on
-# 1 kHz sampler drained every 100 ms by a timer ("sampler").
-# Rounds are interleaved (baseline, counters, sampler, baseline, ...) and
-# the median of each mode is reported with its drop against the baseline.
-# Throughput on a shared machine is noisy, so each run also measures the
-# worker's CPU time per request with `luaperf stat -p WORKER -e task-clock`
-# over the wrk run: the cost the module adds, independent of contention.
+# Requests/s of nginx on loopback with wrk, and the worker's CPU time per
+# request, for five modes served by ONE nginx worker (so a mode never gets a
+# luckier or unluckier fresh process than another):
+#   baseline     /hello, answered by Lua, no log phase
+#   loglua       /loglua: the same plus an empty log_by_lua (the price of
+#                any log-phase Lua, perf or not)
+#   counters     /counters: per-request counters, a group read in log_by_lua
+#                on every request
+#   counters100  /counters100: the same on one request in 100
+#   sampler      /hello with the always-on 1 kHz sampler (cpu-clock, ip),
+#                drained every 100 ms by a timer, switched on for the run
+#   sampler10k   the same at 10 kHz: ten times the sampler's cost, so that
+#                cost stands out of the noise (1 kHz costs a tenth of it)
+# Each round runs baseline, mode, baseline, mode, ..., baseline; every mode
+# is compared with the mean of the two baseline runs around it, which
+# cancels the slow drift of a shared VM.  The median change over the rounds
+# is reported.  CPU per request comes from `luaperf stat -p WORKER -e
+# task-clock` over each wrk run.
 #   bench/nginx/run.sh [SECONDS_PER_RUN] [ROUNDS] [CONNECTIONS]
 # Needs: nginx, libnginx-mod-http-lua, wrk; 'make' done.
 set -eu
 cd "$(dirname "$0")/../.."
-DUR=${1:-10}
-ROUNDS=${2:-3}
+DUR=${1:-3}
+ROUNDS=${2:-7}
 CONNS=${3:-16}
 PORT=${PE_BENCH_PORT:-28099}
 command -v wrk >/dev/null || { echo "bench/nginx: needs wrk (apt-get install wrk)"; exit 2; }
@@ -43,65 +51,77 @@ stop() {
 # take turns on one CPU (the largest source of noise on a small VM).
 if [ "$(nproc)" -ge 2 ]; then PIN=''; WRK="taskset -c 0 wrk"; else PIN='#'; WRK=wrk; fi
 
-start() {   # $1 = baseline | loglua | counters | counters100 | sampler
-  c='#'; h='#'; s='#'; l='#'
-  [ "$1" = loglua ] && l=''
-  [ "$1" = counters ] && c=''
-  [ "$1" = counters100 ] && h=''
-  [ "$1" = sampler ] && s=''
-  sed -e "s|@LUA_PATH@|$T/lua/?.lua;$T/lua/?/init.lua|" -e "s|@LUA_CPATH@|$T/lib/?.so|" \
-      -e "s|@PORT@|$PORT|" -e "s|@MODE_COUNTERS@|$c|g" -e "s|@MODE_COUNTERS100@|$h|g" \
-      -e "s|@MODE_SAMPLER@|$s|g" -e "s|@MODE_LOGLUA@|$l|g" -e "s|@PIN@|$PIN|" \
-      bench/nginx/nginx.conf.in > "$T/conf/nginx.conf"
-  nginx -p "$T" -c "$T/conf/nginx.conf"
-  i=0
-  until curl -s -o /dev/null "http://127.0.0.1:$PORT/hello"; do
-    i=$((i + 1)); [ $i -lt 100 ] || { echo "nginx does not answer"; exit 1; }; sleep 0.05
-  done
-}
+sed -e "s|@LUA_PATH@|$T/lua/?.lua;$T/lua/?/init.lua|" -e "s|@LUA_CPATH@|$T/lib/?.so|" \
+    -e "s|@PORT@|$PORT|" -e "s|@PIN@|$PIN|" bench/nginx/nginx.conf.in > "$T/conf/nginx.conf"
+nginx -p "$T" -c "$T/conf/nginx.conf"
+i=0
+until curl -s -o /dev/null "http://127.0.0.1:$PORT/hello"; do
+  i=$((i + 1)); [ $i -lt 100 ] || { echo "nginx does not answer"; exit 1; }; sleep 0.05
+done
+master=$(cat "$T/logs/nginx.pid")
+worker=$(ps -o pid= --ppid "$master" | head -1 | tr -d ' ')
+for u in hello loglua counters counters100; do    # warm-up: JIT, caches
+  $WRK -t1 -c"$CONNS" -d1s "http://127.0.0.1:$PORT/$u" >/dev/null
+done
 
-run() {   # prints "requests/s cpu-us-per-request"
-  master=$(cat "$T/logs/nginx.pid")
-  worker=$(ps -o pid= --ppid "$master" | head -1 | tr -d ' ')
+run() {   # $1 = mode -> prints "requests/s cpu-us-per-request"
+  case $1 in baseline|sampler*) u=hello ;; *) u=$1 ;; esac
+  [ "$1" = sampler ] && curl -sf "http://127.0.0.1:$PORT/perf/sampler?on=1" >/dev/null
+  [ "$1" = sampler10k ] && curl -sf "http://127.0.0.1:$PORT/perf/sampler?on=1&hz=10000" >/dev/null
   bin/luaperf stat -x, -e task-clock -p "$worker" -o "$T/tc.csv" -- sleep "$DUR" &
   lp=$!
-  $WRK -t1 -c"$CONNS" -d"${DUR}s" "http://127.0.0.1:$PORT/hello" > "$T/wrk.txt"
+  $WRK -t1 -c"$CONNS" -d"${DUR}s" "http://127.0.0.1:$PORT/$u" > "$T/wrk.txt"
   wait $lp
+  case $1 in sampler*) curl -sf "http://127.0.0.1:$PORT/perf/sampler?on=0" >/dev/null ;; esac
   rps=$(awk '/^Requests\/sec/ {print $2}' "$T/wrk.txt")
   awk -F, -v rps="$rps" -v dur="$DUR" '$3 == "task-clock" { printf "%s %.2f\n", rps, $1 * 1000 / (rps * dur) }' "$T/tc.csv"
 }
 
+MODES="loglua counters counters100 sampler sampler10k"
 for r in $(seq "$ROUNDS"); do
-  for m in baseline loglua counters counters100 sampler; do
-    start $m
-    $WRK -t1 -c"$CONNS" -d1s "http://127.0.0.1:$PORT/hello" >/dev/null   # warm-up
-    v=$(run)
-    if [ $m = sampler ]; then
-      curl -s "http://127.0.0.1:$PORT/perf/always" | sort -t' ' -k2 -n | tail -3 > "$T/top.txt"
-    fi
-    stop
-    echo "$m $v" >> "$T/results"
-    echo "round $r: $m $v" | awk '{ printf "round %s %-11s %10.0f req/s  %6.2f us CPU/request\n", $2, $3, $4, $5 }' 
+  v=$(run baseline); echo "$r baseline $v" >> "$T/results"
+  # rotate the order of the modes from round to round
+  set -- $MODES; k=$(( (r - 1) % 5 )); while [ $k -gt 0 ]; do m=$1; shift; set -- "$@" "$m"; k=$((k - 1)); done
+  for m in "$@"; do
+    v=$(run "$m"); echo "$r $m $v" >> "$T/results"
+    v=$(run baseline); echo "$r baseline $v" >> "$T/results"
   done
+  awk -v r="$r" '$1 == r { printf "round %s %-11s %10.0f req/s  %6.2f us CPU/request\n", $1, $2, $3, $4 }' "$T/results"
 done
 
-echo "--- hottest functions under the sampler (last round):"
-cat "$T/top.txt"
-echo "--- median requests/s over $ROUNDS rounds of ${DUR}s, wrk -t1 -c$CONNS, 1 nginx worker:"
+echo "--- hottest functions under the sampler (all rounds):"
+curl -s "http://127.0.0.1:$PORT/perf/always" | sort -t' ' -k2 -n | tail -3
+grep -c . "$T/logs/error.log" | awk '{print "--- error log lines: " $1}' || true
+if [ -x build/bench/read_c ] || cc -O2 bench/read/read_c.c -o build/bench/read_c 2>/dev/null; then
+  # the kernel's part of "counters": the same group read from C, on the worker's CPU
+  c=$(taskset -c "$( [ "$(nproc)" -ge 2 ] && echo 1 || echo 0)" build/bench/read_c group3 200000 | awk '{print $3}')
+  echo "--- C read(2) of the same 3-event group (task-clock, page-faults, context-switches): $c ns"
+fi
+echo "--- $ROUNDS rounds of ${DUR}s, wrk -t1 -c$CONNS, 1 nginx worker; change = median over rounds of"
+echo "    (mode / mean of the baseline runs just before and after it) - 1"
 awk '
   function median(list,   a, n, x, y, t) {
     n = split(list, a, " ")
     for (x = 1; x <= n; x++) for (y = x + 1; y <= n; y++) if (a[y] < a[x]) { t = a[x]; a[x] = a[y]; a[y] = t }
     return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
   }
-  { v[$1] = v[$1] " " $2; c[$1] = c[$1] " " $3 }
+  { mode[NR] = $2; rps[NR] = $3; cpu[NR] = $4 }
   END {
-    split("baseline loglua counters counters100 sampler", modes, " ")
-    for (i = 1; i <= 5; i++) { m = modes[i]; med[m] = median(v[m]); cpu[m] = median(c[m]) }
-    for (i = 1; i <= 5; i++) {
+    for (i = 1; i <= NR; i++) {
+      m = mode[i]
+      v[m] = v[m] " " rps[i]; c[m] = c[m] " " cpu[i]
+      if (m != "baseline") {
+        dr[m] = dr[m] " " (rps[i] / ((rps[i - 1] + rps[i + 1]) / 2) - 1) * 100
+        dc[m] = dc[m] " " (cpu[i] / ((cpu[i - 1] + cpu[i + 1]) / 2) - 1) * 100
+      }
+    }
+    split("baseline loglua counters counters100 sampler sampler10k", modes, " ")
+    for (i = 1; i <= 6; i++) {
       m = modes[i]
-      printf "%-11s %10.0f req/s  %+6.2f %%   %6.2f us CPU/request  %+6.2f %%\n", m, med[m],
-             100 * (med[m] - med["baseline"]) / med["baseline"], cpu[m],
-             100 * (cpu[m] - cpu["baseline"]) / cpu["baseline"]
+      if (m == "baseline")
+        printf "%-11s %10.0f req/s              %6.2f us CPU/request\n", m, median(v[m]), median(c[m])
+      else
+        printf "%-11s %10.0f req/s  %+6.2f %%   %6.2f us CPU/request  %+6.2f %%\n", m, median(v[m]),
+               median(dr[m]), median(c[m]), median(dc[m])
     }
   }' "$T/results"

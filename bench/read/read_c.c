@@ -10,6 +10,8 @@
  *           mapped event does a little more work)
  *   group4  one read(2) of a 4-event group (GROUP|ID|TOTAL_TIME_*) and the
  *           4 scaled values, by position
+ *   group3  the same for the 3-event group of examples/openresty (task-clock,
+ *           page-faults, context-switches): bench/nginx's per-request read
  * Events are software events (task-clock, page-faults, context-switches,
  * cpu-migrations) with exclude_kernel, as perf_event_paranoid=2 allows.
  */
@@ -64,20 +66,21 @@ int main(int argc, char **argv)
   double t0, t1;
   uint64_t rf = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
 
-  if (strcmp(mode, "group4") == 0) {
+  if (strcmp(mode, "group4") == 0 || strcmp(mode, "group3") == 0) {
     uint64_t buf[3 + 2 * 4];
     uint64_t grf = rf | PERF_FORMAT_GROUP | PERF_FORMAT_ID;
+    size_t members = mode[5] == '4' ? 4 : 3, len = 8 * (3 + 2 * members);
     int lead = open_sw(PERF_COUNT_SW_TASK_CLOCK, grf, -1, 1);
     open_sw(PERF_COUNT_SW_PAGE_FAULTS, grf, lead, 0);
     open_sw(PERF_COUNT_SW_CONTEXT_SWITCHES, grf, lead, 0);
-    open_sw(PERF_COUNT_SW_CPU_MIGRATIONS, grf, lead, 0);
+    if (members == 4) open_sw(PERF_COUNT_SW_CPU_MIGRATIONS, grf, lead, 0);
     ioctl(lead, PERF_EVENT_IOC_ENABLE, PERF_IOC_FLAG_GROUP);
     t0 = now();
     for (i = 0; i < n; i++) {
-      uint64_t k, v[4];
-      if (read(lead, buf, sizeof buf) != (ssize_t)sizeof buf) { perror("read"); return 1; }
-      for (k = 0; k < 4; k++) v[k] = scale(buf[3 + 2 * k], buf[1], buf[2]);
-      sink += v[0] + v[3];
+      uint64_t k, v[4] = { 0, 0, 0, 0 };
+      if (read(lead, buf, len) != (ssize_t)len) { perror("read"); return 1; }
+      for (k = 0; k < members; k++) v[k] = scale(buf[3 + 2 * k], buf[1], buf[2]);
+      sink += v[0] + v[members - 1];
     }
     t1 = now();
   } else {

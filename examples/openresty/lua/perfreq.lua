@@ -87,12 +87,14 @@ end
 -- serving requests one after the other, is this request's parsing,
 -- handlers and response writing).  With requests in flight concurrently
 -- the figures include the worker's other work in between: an event loop
--- has no per-request accounting.
-function M.log()
+-- has no per-request accounting.  `each` (optional) measures one request
+-- in `each` here, whatever init_worker's `every` says.
+function M.log(each)
   if not group then return end
   seen = seen + 1
-  local phase = seen % every
-  if phase ~= 0 and phase ~= every - 1 then return end   -- not measured
+  local n = each or every
+  local phase = seen % n
+  if phase ~= 0 and phase ~= n - 1 then return end       -- not measured
   local t = group:read(buf)
   if not t then return end
   local tc, pf, cs = t[1], t[2], t[3]
@@ -186,25 +188,59 @@ end
 -- ---------------------------------------------------------------- always-on sampler
 
 local always, always_counts = nil, {}
+local always_rec = {}      -- reused by records(t): no table per sample
 
---- In init_worker_by_lua: samples the worker all the time at `hz` and
--- drains the ring every `interval` seconds from a timer, counting samples
--- by address (cheap); /perf/always symbolizes on demand.
-function M.start_sampler(hz, interval)
-  local err
-  always, err = sampler(hz or 1000)
-  if not always then
-    ngx.log(ngx.ERR, "perfreq: sampler unavailable: ", err)
-    return
-  end
-  ngx.timer.every(interval or 0.1, function()
-    for rec in always:records() do
-      if rec.type == "sample" then
-        local ip = rec.ip
-        always_counts[ip] = (always_counts[ip] or 0) + 1
-      end
+-- drains the ring, then re-arms itself until stop_sampler() (or another
+-- start_sampler) replaces the event it was started for
+local function drain_always(premature, ev, interval)
+  if always ~= ev then return end
+  for rec in ev:records(always_rec) do
+    if rec.type == "sample" then
+      local ip = rec.ip
+      always_counts[ip] = (always_counts[ip] or 0) + 1
     end
-  end)
+  end
+  if not premature then ngx.timer.at(interval, drain_always, ev, interval) end
+end
+
+--- In init_worker_by_lua (or any time): samples the worker all the time
+-- at `hz` (default 1000) and drains the ring every `interval` seconds
+-- (default 0.1) from a timer, counting samples by address (cheap: only the
+-- ip is recorded); /perf/always symbolizes on demand.
+function M.start_sampler(hz, interval)
+  M.stop_sampler()
+  local ev, err = pe.open({ type = "software", config = 0, name = "cpu-clock", freq = true,
+                            sample_freq = hz or 1000, sample_type = "ip" }, { pages = 16 })
+  if not ev then
+    ngx.log(ngx.ERR, "perfreq: sampler unavailable: ", err)
+    return nil, err
+  end
+  always = ev
+  interval = interval or 0.1
+  ngx.timer.at(interval, drain_always, ev, interval)
+  return true
+end
+
+--- Stops the always-on sampler (its counts are kept).
+function M.stop_sampler()
+  local ev = always
+  if not ev then return end
+  drain_always(true, ev)
+  always = nil
+  ev:close()
+end
+
+--- Content handler: `?on=1` starts the always-on sampler in this worker,
+-- `?on=0` stops it; answers "sampler on" or "sampler off".
+function M.sampler_switch()
+  ngx.header.content_type = "text/plain"
+  if ngx.var.arg_on == "1" then
+    local ok, err = M.start_sampler(tonumber(ngx.var.arg_hz) or 1000)
+    if not ok then ngx.status = 500; ngx.say("perfreq: ", err); return end
+  else
+    M.stop_sampler()
+  end
+  ngx.say(always and "sampler on" or "sampler off")
 end
 
 --- Content handler: the always-on sampler's counts, by function.
