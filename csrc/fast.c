@@ -23,6 +23,9 @@
 #define FAST_GBIG 0x10000                /* pe_fast_group_read: the same */
 
 static const char fast_token;           /* identifies this copy of the core */
+_Static_assert(offsetof(pe_event, fd) == 0, "fast.lua reads the fd as the first int");
+_Static_assert(offsetof(pe_group, n) % sizeof(int) == 0, "int slot");
+_Static_assert(offsetof(pe_group, ev) % sizeof(void *) == 0, "pointer slot");
 
 PE_EXPORT const void *pe_fast_token(void);
 PE_EXPORT int pe_fast_read(pe_event *ev, uint64_t *out);
@@ -222,4 +225,10 @@ void pe_fast_open(lua_State *L)
   lua_setfield(L, -2, "_fast_token");
   lua_pushinteger(L, (lua_Integer)(offsetof(pe_event, plain_fd1) / sizeof(int)));
   lua_setfield(L, -2, "_plain_fd_slot");
+  /* fast.lua's generated group readers: g->n as an int slot, g->ev[0] as a
+   * pointer slot; the event's fd is its first int */
+  lua_pushinteger(L, (lua_Integer)(offsetof(pe_group, n) / sizeof(int)));
+  lua_setfield(L, -2, "_group_n_slot");
+  lua_pushinteger(L, (lua_Integer)(offsetof(pe_group, ev) / sizeof(void *)));
+  lua_setfield(L, -2, "_group_ev_slot");
 }

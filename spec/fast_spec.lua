@@ -213,6 +213,68 @@ describe("perf_event.fast", function()
       assert.are.equal(2, r)
     end)
 
+    it_ffi("reads pe.group's layout with a generated reader, like the C method", function()
+      local odd = 'odd "name"\n\\ with ]] quotes'
+      local g = assert(pe.group({ sw(1, "task-clock"), sw(2, "page-faults"), sw(3, odd) }))
+      assert.is_true(g:disable())
+      local t = fast.ffi.group.read(g, {})
+      assert.are.equal("function", type(fast._readers[g]))
+      assert.are.same(fast.c.group.read(g), t)
+      assert.are.equal(t[3], t[odd])
+      -- a member closed under the group: the kernel answers fewer members,
+      -- the reader declines and the C method's answer (nil for it) is given
+      g:members()[2]:close()
+      local a, b = fast.ffi.group.read(g), fast.c.group.read(g)
+      assert.are.same(b, a)
+      assert.is_nil(a[2])
+      assert.is_nil(a["page-faults"])
+      assert.are.equal(t[1], a[1])
+      g:close()
+      assert.matches("closed", err_of(fast.ffi.group.read, g))
+      -- another read_format (LOST too), or more members than the generator takes
+      local rf = { read_format = 1 + 2 + 4 + 8 + 16 }
+      local lead = assert(pe.open(sw(1, "task-clock", rf)))
+      local mem = assert(pe.open(sw(2, "page-faults", rf), { group = lead }))
+      local plain = core.make_group({ lead, mem })
+      assert.is_true(plain:disable())
+      assert.are.same(fast.c.group.read(plain), fast.ffi.group.read(plain))
+      assert.is_false(fast._readers[plain])
+      plain:close()
+      local many = {}
+      for i = 1, 17 do many[i] = sw(2, "pf" .. i) end
+      local big = assert(pe.group(many))
+      assert.is_true(big:disable())
+      assert.are.same(fast.c.group.read(big), fast.ffi.group.read(big))
+      assert.is_false(fast._readers[big])
+      big:close()
+    end)
+
+    it_ffi("finishes multiplexed and large group values as the C method scales them", function()
+      local ffi = require("ffi")
+      local g = assert(pe.group({ sw(1, "task-clock"), sw(2, "page-faults") }))
+      local gb = fast._group_buf
+      local function fill(e, r, v1, v2)
+        gb[0], gb[1], gb[2], gb[3], gb[5] = 2, e, r, v1, v2
+      end
+      fill(300, 100, 1000, 7)                     -- ran a third of the time
+      local t = fast._group_rest(g, nil, 2)
+      assert.are.equal(core.scale(1000, 300, 100), t[1])
+      assert.are.equal(core.scale(7, 300, 100), t["page-faults"])
+      assert.are.equal(300, t.time_enabled)
+      assert.are.equal(100, t.time_running)
+      fill(10, 0, 5, 5)                           -- never ran: 0
+      t = fast._group_rest(g, {}, 2)
+      assert.are.equal(0, t[1])
+      assert.are.equal(0, t[2])
+      local big = ffi.new("int64_t", 2) ^ 60
+      fill(4, 4, big, 1)                          -- past 2^53: exact cdata
+      t = fast._group_rest(g, {}, 2)
+      assert.are.equal("cdata", type(t["task-clock"]))
+      assert.is_true(t[1] == ffi.cast("uint64_t", big))
+      assert.are.equal(1, t[2])
+      g:close()
+    end)
+
     it_ffi("compiles ev:read() into a looping trace (no stitching around a C call)", function()
       if not jit.status() then return pending("the JIT is off") end
       local util = require("jit.util")

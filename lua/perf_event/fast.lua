@@ -184,8 +184,86 @@ end
 
 local gbuf = ffi.new("uint64_t[?]", GROUP_MAX + 2)
 
+-- The read pe.group asks for (GROUP|ID|TOTAL_TIME_*, nr then {value, id}
+-- per member) is made from the trace too, by a reader generated once per
+-- group with the member count, ids and names as constants: libc's read(2)
+-- into gb, checks that the kernel answered every member in order, then
+-- constant-keyed stores into the caller's table.  Anything else (a member
+-- gone, another layout or order, a failed read) returns nil and the read
+-- is made again by pe_fast_group_read / the C method; multiplexed or large
+-- values are finished from the same bytes by group_rest.
+local GN, GEV = core._group_n_slot, core._group_ev_slot
+local void_pp = ffi.typeof("int32_t **")
+local GEN_MAX = 16                 -- larger groups: the general path
+local GROUP_RF = 1 + 2 + 4 + 8     -- TOTAL_TIME_ENABLED|RUNNING|ID|GROUP
+local gb = ffi.new("int64_t[?]", 3 + 2 * GEN_MAX)
+local readers = setmetatable({}, { __mode = "k" })   -- group -> reader | false
+
+local function group_rest(g, t, n)
+  local names = names_of[g] or member_names(g)
+  if type(t) ~= "table" then t = {} end
+  local e, r = ffi.cast(u64_t, gb[1]), ffi.cast(u64_t, gb[2])
+  for i = 1, n do
+    local v = ffi.cast(u64_t, gb[1 + 2 * i])
+    if r < e or r == 0 then v = fast_scale(v, e, r) end
+    v = u64(v)
+    rawset(t, i, v)
+    rawset(t, names[i], v)
+  end
+  t.time_enabled, t.time_running = u64(e), u64(r)
+  return t
+end
+
+local function make_reader(g)
+  if not (PLAIN and GN and GEV) then return false end
+  local members = g:members()
+  local n = #members
+  if n < 1 or n > GEN_MAX or members[1]:attr().read_format ~= GROUP_RF then return false end
+  local names, ids = member_names(g), {}
+  for i = 1, n do
+    local id = members[i]:id()
+    if type(id) ~= "number" or id < 1 then return false end    -- unknown id, or >= 2^53
+    ids[i] = format("%.0fLL", id)
+  end
+  local len = 8 * (3 + 2 * n)
+  local src = { "local cast, int_p, void_pp, read, gb, bor, rshift, tonumber, type, rawset, rest = ...",
+                "return function(g, t)",
+                format("  if cast(int_p, g)[%d] ~= %d then return nil end", GN, n),
+                format("  local fd = cast(void_pp, g)[%d][0]", GEV),
+                format("  if fd < 0 or read(fd, gb, %d) ~= %d or gb[0] ~= %d then return nil end",
+                       len, len, n) }
+  local checks, vals, ors = {}, {}, { "e" }
+  for i = 1, n do
+    checks[i] = format("gb[%d] ~= %s", 2 + 2 * i, ids[i])
+    vals[i] = format("gb[%d]", 1 + 2 * i)
+    ors[i + 1] = "v" .. i
+  end
+  src[#src + 1] = "  if " .. table.concat(checks, " or ") .. " then return nil end"
+  src[#src + 1] = "  local e, r = gb[1], gb[2]"
+  for i = 1, n do src[#src + 1] = format("  local v%d = %s", i, vals[i]) end
+  src[#src + 1] = format("  if e ~= r or r == 0 or rshift(bor(%s), 53) ~= 0 then return rest(g, t, %d) end",
+                         table.concat(ors, ", "), n)
+  src[#src + 1] = "  if type(t) ~= 'table' then t = {} end"
+  for i = 1, n do
+    src[#src + 1] = format("  local x%d = tonumber(v%d); rawset(t, %d, x%d); rawset(t, %q, x%d)",
+                           i, i, i, i, names[i], i)
+  end
+  src[#src + 1] = "  t.time_enabled = tonumber(e); t.time_running = tonumber(r)"
+  src[#src + 1] = "  return t"
+  src[#src + 1] = "end"
+  local chunk = assert(load(table.concat(src, "\n"), "=perf_event.fast group reader"))
+  return chunk(ffi.cast, int_p, void_pp, libc_read, gb, bor, rshift, tonumber, type, rawset,
+               group_rest)
+end
+
 local function group_read(g, t)
   if getmetatable(g) ~= group_mt then bad_self("read", "perf_event.group", g) end
+  local rd = readers[g]
+  if rd == nil then rd = make_reader(g); readers[g] = rd end
+  if rd then
+    local res = rd(g, t)
+    if res then return res end
+  end
   local n = fast_group_read(g, gbuf, GROUP_MAX + 2)
   if n < 0 then return cg_read(g, t) end
   if type(t) ~= "table" then t = {} end
@@ -209,6 +287,10 @@ local function group_read(g, t)
   t.time_running = tonumber(gbuf[1])
   return t
 end
+
+M._group_rest = group_rest     -- for the specs (synthetic multiplexing)
+M._group_buf = gb
+M._readers = readers           -- group -> its generated reader (false: none)
 
 local function group_enable(g)
   if getmetatable(g) ~= group_mt then bad_self("enable", "perf_event.group", g) end
