@@ -7,6 +7,7 @@
 local core = require("perf_event.core")
 
 local type, pairs, ipairs, error, tostring = type, pairs, ipairs, error, tostring
+local getmetatable, setmetatable = getmetatable, setmetatable
 local require = require
 
 local M = {
@@ -93,8 +94,10 @@ local function copy_attr(a)
   return c
 end
 
+-- The 5th result is the parsed entry of a string spec (its `sample_read`
+-- and `weak` flags say whether `S` / `W` were written), else nil.
 local function resolve(spec, level)
-  local attr, name, explicit_priv, guest
+  local attr, name, explicit_priv, guest, entry
   if type(spec) == "string" then
     local list, err = M.parse(spec)
     if not list then error(err, level + 1) end
@@ -103,6 +106,7 @@ local function resolve(spec, level)
     end
     attr, name, guest = copy_attr(list[1].attr), list[1].name, list[1].guest_default
     explicit_priv = list[1].mods and list[1].mods:find("[ukh]") ~= nil
+    entry = list[1]
   elseif type(spec) == "table" then
     if spec.event ~= nil then
       if type(spec.event) ~= "string" then
@@ -115,6 +119,7 @@ local function resolve(spec, level)
       end
       attr, name, guest = copy_attr(list[1].attr), list[1].name, list[1].guest_default
       explicit_priv = list[1].mods and list[1].mods:find("[ukh]") ~= nil
+      entry = list[1]
     else
       attr = {}
     end
@@ -133,7 +138,7 @@ local function resolve(spec, level)
   else
     error("perf_event: spec must be an event string or a table, got " .. type(spec), level + 1)
   end
-  return attr, name, explicit_priv, guest
+  return attr, name, explicit_priv, guest, entry
 end
 
 -- core.open, plus perf's fallback for PMUs that refuse the exclude_guest
@@ -203,24 +208,213 @@ local function group_specs(specs, level)
     for i, e in ipairs(list) do
       local explicit = e.mods and e.mods:find("[ukh]") ~= nil
       out[i] = { attr = copy_attr(e.attr), name = e.name, explicit = explicit,
-                 guest = e.guest_default }
+                 guest = e.guest_default, sample_read = e.sample_read, weak = e.weak }
     end
     return out
   elseif type(specs) == "table" then
     if #specs == 0 then error("perf_event: pe.group needs at least one event", level + 1) end
     local out = {}
     for i, s in ipairs(specs) do
-      local attr, name, explicit, guest = resolve(s, level + 1)
-      out[i] = { attr = attr, name = name, explicit = explicit, guest = guest }
+      local attr, name, explicit, guest, e = resolve(s, level + 1)
+      out[i] = { attr = attr, name = name, explicit = explicit, guest = guest,
+                 sample_read = e and e.sample_read, weak = e and e.weak }
     end
     return out
   end
   error("perf_event: pe.group takes an array of specs or a '{a,b}' string, got " .. type(specs), level + 1)
 end
 
+------------------------------------------------------------------------
+-- S: leader sampling.  What perf record builds for `{a,b}:S`
+-- (evsel__config + evsel__config_leader_sampling): the leader samples
+-- with PERF_SAMPLE_READ|PERF_SAMPLE_ID added to its sample_type, so each
+-- of its samples carries every member's count; the members take the
+-- leader's sample_type and sample nothing themselves (they get no period
+-- here unless one was written for them, as perf keeps an explicit one).
+-- A leader written without a period gets perf record's default: period 1
+-- for a tracepoint, else 4000 Hz (capped by perf_event_max_sample_rate);
+-- without a sample_type, perf record's default one.
+
+local RECORD_FREQ = 4000
+local TYPE_TRACEPOINT = 2
+local SAMPLE_READ_BIT, SAMPLE_ID_BIT = 4, 6
+
+local function is_set(v)
+  return v ~= nil and v ~= false and v ~= 0
+end
+
+-- sample_type with read and id added, in the form the caller wrote it
+local function with_read_id(st)
+  local t = type(st)
+  if t == "string" then
+    return st:find("%S") and (st .. "|read|id") or "read|id"
+  elseif t == "table" then
+    local c = {}
+    for i, v in ipairs(st) do c[i] = v end
+    c[#c + 1] = "read"
+    c[#c + 1] = "id"
+    return c
+  end
+  local u64 = mod("u64")
+  local u = u64.from(st)
+  if not u then return st end          -- the core says what is wrong with it
+  u64.setbit(u, SAMPLE_READ_BIT)
+  u64.setbit(u, SAMPLE_ID_BIT)
+  return u64.value(u)
+end
+
+local function leader_sampling(members)
+  local lead = members[1].attr
+  local tp = lead.type == TYPE_TRACEPOINT or lead.type == "tracepoint"
+  if not (is_set(lead.sample_period) or is_set(lead.sample_freq)) then
+    if tp then
+      lead.sample_period = 1
+    else
+      local rate = M.sysctl().max_sample_rate
+      lead.freq = true
+      lead.sample_freq = (rate and rate < RECORD_FREQ) and rate or RECORD_FREQ
+    end
+  end
+  if lead.sample_type == nil then
+    lead.sample_type = tp and "ip|tid|time|cpu|period|raw" or "ip|tid|time|period"
+  end
+  lead.sample_type = with_read_id(lead.sample_type)
+  for i = 2, #members do
+    local st = lead.sample_type
+    if type(st) == "table" then st = copy_attr(st) end
+    members[i].attr.sample_type = st
+  end
+end
+
+------------------------------------------------------------------------
+-- W: a weak group.  When the kernel refuses a member into the group
+-- (perf falls back on EINVAL/EBADF; ENOSPC, EOPNOTSUPP and E2BIG are the
+-- other answers meaning "not together"), the members are opened again as
+-- independent events, as perf's evlist__reset_weak_group does, and
+-- pe.group returns this table with the group's methods.
+
+local WEAK_ERRNO = { [22] = "EINVAL", [9] = "EBADF", [28] = "ENOSPC", [95] = "EOPNOTSUPP",
+                     [7] = "E2BIG" }
+
+local weak = {}
+local WEAK_MT = { __index = weak, __name = "perf_event.group" }
+
+local function weak_self(g, what)
+  if getmetatable(g) ~= WEAK_MT then
+    error(("bad self to perf_event.group:%s (a weak group expected, got %s)")
+      :format(what, type(g)), 3)
+  end
+  if g._closed then error("attempt to use a closed perf_event.group", 3) end
+  return g
+end
+
+function weak.read(g, t)
+  local evs = weak_self(g, "read")
+  t = t or {}
+  local en_t, run_t = t.times_enabled, t.times_running
+  if type(en_t) ~= "table" then en_t = {} t.times_enabled = en_t end
+  if type(run_t) ~= "table" then run_t = {} t.times_running = run_t end
+  for i, ev in ipairs(evs) do
+    local v, en, run = ev:read()
+    if v == nil then return nil, en, run end
+    t[i] = v
+    t[ev:name()] = v
+    en_t[i], run_t[i] = en, run
+  end
+  t.time_enabled, t.time_running = en_t[1], run_t[1]
+  return t
+end
+
+-- members first, the leader last (as the group's enable)
+local function each(g, what, method)
+  local evs = weak_self(g, what)
+  local n = #evs
+  for k = 1, n do
+    local ev = evs[k % n + 1]            -- 2, 3, ..., n, then 1
+    local ok, err, errno = ev[method](ev)
+    if not ok then return nil, err, errno end
+  end
+  return true
+end
+
+function weak.enable(g) return each(g, "enable", "enable") end
+function weak.disable(g) return each(g, "disable", "disable") end
+function weak.reset(g) return each(g, "reset", "reset") end
+
+function weak.close(g)
+  if getmetatable(g) ~= WEAK_MT then weak_self(g, "close") end
+  if g._closed then return end
+  g._closed = true
+  for i = #g, 1, -1 do
+    g[i]:close()
+    g[i] = nil
+  end
+end
+
+function weak.members(g)
+  if getmetatable(g) ~= WEAK_MT then weak_self(g, "members") end
+  local out = {}
+  for i, ev in ipairs(g) do out[i] = ev end
+  return out
+end
+
+function weak.event(g, i)
+  return weak.members(g)[i]
+end
+
+function weak.name(g)
+  local names = {}
+  for i, ev in ipairs(weak_self(g, "name")) do names[i] = ev:name() end
+  return "{" .. table.concat(names, ",") .. "}"
+end
+
+function weak.info(g)
+  local info = weak_self(g, "info")[1]:info()
+  info.weak_fallback = g.fallback_reason
+  info.weak_errno = g.fallback_errno
+  return info
+end
+
+for _, m in ipairs({ "refresh", "period", "set_output", "set_filter", "set_bpf",
+                     "pause_output", "modify", "query_bpf", "fd", "id", "attr" }) do
+  weak[m] = function(g, ...)
+    local leader = weak_self(g, m)[1]
+    return leader[m](leader, ...)
+  end
+end
+
+WEAK_MT.__gc = weak.close              -- 5.2+; the members have their own __gc
+WEAK_MT.__close = function(g) weak.close(g) end
+WEAK_MT.__tostring = function(g)
+  if g._closed then return "perf_event.group(weak, fell back, closed)" end
+  return ("perf_event.group(%s, weak: fell back to %d separate events, leader fd %d: %s)")
+    :format(weak.name(g), #g, g[1]:fd(), g.fallback_reason)
+end
+
 --- Opens events as one group: scheduled together, read at once.
 -- The leader reads with PERF_FORMAT_GROUP|ID|TOTAL_TIME_*; the group
 -- starts counting when it is complete (unless `opts.disabled`).
+--
+-- Group modifiers act as in perf:
+--
+-- `S` (leader sampling, `"{cpu-clock,page-faults}:S"`, or `:S` on the first
+-- spec of an array): the leader samples (perf record's default period
+-- when none is given: 1 for a tracepoint, else 4000 Hz) with `read|id`
+-- added to its sample_type; the members take its sample_type and do not
+-- sample. Each of the leader's samples has `rec.read = {nr=, values={{value=,
+-- id=}, ...}, time_enabled=, time_running=}`: every member's count, by id.
+--
+-- `W` (weak group, `"{a,b}:W"`, or `:W` on any spec of an array): when the
+-- kernel refuses a member into the group (EINVAL, EBADF, ENOSPC, EOPNOTSUPP,
+-- E2BIG), the members are opened again as separate events (each with
+-- `total_time_enabled|total_time_running`, the leader `id` too under `S`)
+-- and a table with the group's methods comes back instead: `g.fallback` is
+-- true, `g.fallback_reason` and `g.fallback_errno` say why, so does
+-- `g:info().weak_fallback`. Its `read([t])` fills `t[i]`/`t[name]` with each
+-- member's value scaled by its own times, `t.times_enabled[i]` and
+-- `t.times_running[i]` with those times, and `t.time_enabled`/`t.time_running`
+-- with the leader's. A group that opens is the ordinary group (`g.fallback`
+-- is nil).
 -- @param specs array of specs, or a string like `"{task-clock,page-faults}:u"`
 -- @tparam[opt] table opts as for `open`, plus `disabled`
 -- @treturn[1] perf_event.group
@@ -230,7 +424,16 @@ end
 function M.group(specs, opts)
   local members = group_specs(specs, 2)
   local leader_disabled = members[1].attr.disabled
+  local is_weak = false
+  for _, m in ipairs(members) do
+    if m.weak then is_weak = true end
+  end
+  if members[1].sample_read then leader_sampling(members) end
+  if is_weak then
+    for _, m in ipairs(members) do m.separate = copy_attr(m.attr) end
+  end
   local evs = {}
+  local fallback
   for i, m in ipairs(members) do
     m.attr.read_format = GROUP_FORMAT
     if i == 1 then m.attr.disabled = true end
@@ -239,11 +442,33 @@ function M.group(specs, opts)
     local ev, err, errno = open_attr(m.attr, o, m.guest)
     if not ev then
       for j = #evs, 1, -1 do evs[j]:close() end
-      return nil, err, errno
+      if not (is_weak and i > 1 and WEAK_ERRNO[errno]) then return nil, err, errno end
+      fallback = { reason = err, errno = errno }
+      break
     end
     evs[i] = ev
   end
-  local g = core.make_group(evs)
+  local g
+  if fallback then
+    evs = {}
+    for i, m in ipairs(members) do
+      local a = m.separate
+      a.read_format = (i == 1 and members[1].sample_read)
+        and "id|" .. COUNT_FORMAT or COUNT_FORMAT
+      a.disabled = true
+      local ev, err, errno = open_attr(a, core_opts(opts, m.name, not m.explicit, 2), m.guest)
+      if not ev then
+        for j = #evs, 1, -1 do evs[j]:close() end
+        return nil, ("%s (weak group fallback, after the group failed: %s)")
+          :format(err, fallback.reason), errno
+      end
+      evs[i] = ev
+    end
+    g = setmetatable(evs, WEAK_MT)    -- the members at g[1..n], so #g works on every Lua
+    g.fallback, g.fallback_reason, g.fallback_errno = true, fallback.reason, fallback.errno
+  else
+    g = core.make_group(evs)
+  end
   if not (leader_disabled or (opts and opts.disabled)) then
     local ok, err, errno = g:enable()
     if not ok then g:close() return nil, err, errno end
