@@ -259,7 +259,12 @@ end
 local function group_read(g, t)
   if getmetatable(g) ~= group_mt then bad_self("read", "perf_event.group", g) end
   local rd = readers[g]
-  if rd == nil then rd = make_reader(g); readers[g] = rd end
+  if rd == nil then
+    -- the members' methods raise on a closed group or member: no reader
+    local ok, made = pcall(make_reader, g)
+    rd = ok and made or false
+    readers[g] = rd
+  end
   if rd then
     local res = rd(g, t)
     if res then return res end
