@@ -405,10 +405,13 @@ static int l_period(lua_State *L)
 static int l_set_output(lua_State *L)
 {
   pe_event *ev = pe_check_event(L, 1);
+  pe_event *t = NULL;
   long target = -1;    /* must be a long: see CHECKLIST G7 */
+  int rc;
   if (!lua_isnoneornil(L, 2)) {
-    pe_event *t = (pe_event *)pe_testudata(L, 2, PE_EVENT_MT);
+    t = (pe_event *)pe_testudata(L, 2, PE_EVENT_MT);
     if (t) {
+      if (t->gen != pe_fork_gen) pe_event_after_fork(t);
       if (t->fd < 0) return luaL_argerror(L, 2, "the target event is closed");
       target = t->fd;
     } else if (lua_type(L, 2) == LUA_TNUMBER) {
@@ -417,7 +420,10 @@ static int l_set_output(lua_State *L)
       return luaL_argerror(L, 2, "expected a perf_event.event, an fd or nil");
     }
   }
-  return ioctl_result(L, 1, "set_output", ioctl(ev->fd, PE_IOC_SET_OUTPUT, target),
+  rc = ioctl(ev->fd, PE_IOC_SET_OUTPUT, target);
+  /* the target's ring learns this event's layout (or forgets it): E6 */
+  if (rc == 0) pe_ring_join(ev, t, ev_name(L, 1));
+  return ioctl_result(L, 1, "set_output", rc,
                       "the target must be a perf fd on the same cpu/task with the same "
                       "clock, and this event must not have its own ring mapped");
 }

@@ -104,6 +104,13 @@ typedef struct pe_event {
   size_t scratch_len;
   struct pe_attr attr;       /* what was passed to the kernel */
   unsigned gen;              /* pe_fork_gen when created (see below) */
+  /* shared rings (ring.c, CHECKLIST E6): the decode layouts, by id, of the
+   * events whose records go to a ring.  own_lt: the table of this event's
+   * own ring (created when another event is redirected into it); out_lt:
+   * the table of the ring this event was redirected to by set_output.
+   * Reference-counted heap tables holding copies, never event pointers. */
+  struct pe_layouts *own_lt;
+  struct pe_layouts *out_lt;
 } pe_event;
 
 /* Bumped in a forked child (pthread_atfork).  The kernel does not copy
@@ -130,10 +137,15 @@ int pe_event_close(pe_event *ev);
 int pe_open_events(lua_State *L);
 /* ring.c: adds the sampling methods to the table on top of the stack */
 void pe_ring_methods(lua_State *L);
-/* ring.c: releases the AUX mapping (called by pe_event_close) and adds
+/* ring.c: releases the AUX mapping and the shared-ring layout tables
+ * (called by pe_event_close) and adds
  * core's record functions to the module table on top of the stack */
 void pe_ring_close(pe_event *ev);
 void pe_ring_funcs(lua_State *L);
+/* ring.c: after a successful SET_OUTPUT of ev to target (NULL: detached or
+ * an fd we do not know), moves ev's layout to target's ring table; name is
+ * kept for the Lua layer (tracepoint formats). */
+void pe_ring_join(pe_event *ev, pe_event *target, const char *name);
 /* spawn.c: adds spawn/catch_signals/wait_pid to the module table on top */
 void pe_open_spawn(lua_State *L);
 

@@ -12,6 +12,14 @@
  *
  * The per-event state lives in ev->scratch (one malloc, freed by
  * pe_event_close); the AUX mapping is released by pe_ring_close().
+ *
+ * Shared rings (E6): when another event is redirected into a ring with
+ * set_output, the ring's layout table (ev->own_lt) learns a copy of that
+ * event's decode parameters under its id.  While every layout equals the
+ * owner's, records decode exactly as before; when they differ, each record
+ * is attributed by its PERF_SAMPLE_IDENTIFIER (first u64 of a SAMPLE body,
+ * last u64 of the sample_id trailer otherwise) and decoded with its event's
+ * layout.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -45,7 +53,7 @@ typedef struct ring_state {
   unsigned char *snap;
   uint32_t *offs;
   size_t nrec, irec;
-  char msg[200];             /* why the last pe_ring_next failed */
+  char msg[320];             /* why the last pe_ring_next or record_cfg failed */
   unsigned char buf[MAX_RECORD];
 } ring_state;
 
@@ -113,12 +121,20 @@ static ring_state *get_state(lua_State *L, pe_event *ev)
   return st;
 }
 
+static void ring_leave(pe_event *ev);
+static void layouts_unref(struct pe_layouts *lt);
+
 void pe_ring_close(pe_event *ev)
 {
   ring_state *st = (ring_state *)ev->scratch;
   if (st && st->aux) {
     munmap(st->aux, st->aux_len);
     st->aux = NULL;
+  }
+  ring_leave(ev);                        /* its layout leaves the shared ring */
+  if (ev->own_lt) {                      /* members keep the table alive */
+    layouts_unref(ev->own_lt);
+    ev->own_lt = NULL;
   }
 }
 
@@ -255,6 +271,241 @@ corrupt:
   return -1;
 }
 
+/* ---- shared rings: the layouts of redirected events (E6) ----------------- */
+typedef struct pe_layout {
+  uint64_t id;
+  pe_decode_cfg cfg;
+  uint32_t type;             /* attr type and config: the Lua layer finds */
+  uint64_t config;           /* tracepoint formats with them */
+  char name[96];
+} pe_layout;
+
+struct pe_layouts {
+  int refs;                  /* the owner (own_lt) + each member (out_lt) */
+  int n, cap;
+  unsigned version;          /* changes whenever the members change */
+  int mixed;                 /* some member's layout differs from the owner's */
+  int was_mixed;             /* ... was so once: records of a member that
+                              * has left may still be in the ring */
+  int demux;                 /* every layout has PERF_SAMPLE_IDENTIFIER */
+  int sia;                   /* sample_id_all: 0 in none, 1 in all, 2 in some */
+  int rf_same;               /* every layout has the owner's read_format */
+  pe_layout own;             /* the owner's layout */
+  pe_layout *v;              /* the members' */
+};
+
+static unsigned layouts_version = 0;
+
+static int cfg_equal(const pe_decode_cfg *a, const pe_decode_cfg *b)
+{
+  return a->sample_type == b->sample_type && a->read_format == b->read_format &&
+         a->branch_sample_type == b->branch_sample_type &&
+         a->regs_user == b->regs_user && a->regs_intr == b->regs_intr &&
+         a->sample_id_all == b->sample_id_all;
+}
+
+static void layout_set(pe_layout *l, uint64_t id, const struct pe_attr *a, const char *name)
+{
+  memset(l, 0, sizeof *l);
+  l->id = id;
+  pe_decode_cfg_from_attr(&l->cfg, a);
+  l->type = a->type;
+  l->config = a->config;
+  if (name) snprintf(l->name, sizeof l->name, "%s", name);
+}
+
+/* recomputes the summary flags after the members changed */
+static void layouts_update(struct pe_layouts *lt)
+{
+  int i, with_sia = lt->own.cfg.sample_id_all ? 1 : 0;
+  lt->mixed = 0;
+  lt->demux = (lt->own.cfg.sample_type & PE_SAMPLE_IDENTIFIER) != 0;
+  lt->rf_same = 1;
+  for (i = 0; i < lt->n; i++) {
+    const pe_decode_cfg *c = &lt->v[i].cfg;
+    if (!cfg_equal(c, &lt->own.cfg)) lt->mixed = 1;
+    if (!(c->sample_type & PE_SAMPLE_IDENTIFIER)) lt->demux = 0;
+    if (c->read_format != lt->own.cfg.read_format) lt->rf_same = 0;
+    if (c->sample_id_all) with_sia++;
+  }
+  lt->sia = with_sia == 0 ? 0 : with_sia == lt->n + 1 ? 1 : 2;
+  if (lt->mixed) lt->was_mixed = 1;
+  lt->version = ++layouts_version;   /* plans in records.lua are keyed by it */
+  if (lt->version == 0) lt->version = ++layouts_version;   /* 0 means "none" */
+}
+
+/* records of this ring are attributed by id (see record_cfg): while the
+ * layouts differ, and afterwards while the owner has IDENTIFIER, so that a
+ * record of an event that has left is an error, not misread */
+static int layouts_by_id(const struct pe_layouts *lt)
+{
+  return lt && (lt->mixed || (lt->was_mixed && lt->demux));
+}
+
+static void layouts_unref(struct pe_layouts *lt)
+{
+  if (--lt->refs > 0) return;
+  free(lt->v);
+  free(lt);
+}
+
+/* adds (or replaces) a member's layout; 0, or -1 when out of memory */
+static int layouts_add(struct pe_layouts *lt, const pe_layout *l)
+{
+  int i;
+  for (i = 0; i < lt->n; i++) {
+    if (lt->v[i].id == l->id) { lt->v[i] = *l; layouts_update(lt); return 0; }
+  }
+  if (lt->n == lt->cap) {
+    int cap = lt->cap ? 2 * lt->cap : 4;
+    pe_layout *v = (pe_layout *)realloc(lt->v, (size_t)cap * sizeof *v);
+    if (!v) return -1;
+    lt->v = v;
+    lt->cap = cap;
+  }
+  lt->v[lt->n++] = *l;
+  layouts_update(lt);
+  return 0;
+}
+
+static void layouts_remove(struct pe_layouts *lt, uint64_t id)
+{
+  int i;
+  for (i = 0; i < lt->n; i++) {
+    if (lt->v[i].id == id) {
+      lt->v[i] = lt->v[--lt->n];
+      layouts_update(lt);
+      return;
+    }
+  }
+}
+
+static uint64_t event_id(pe_event *ev)
+{
+  uint64_t id = 0;
+  if (!ev->id && ev->fd >= 0 && ioctl(ev->fd, PE_IOC_ID, &id) == 0) ev->id = id;
+  return ev->id;
+}
+
+/* ev leaves the table of the ring it was redirected to */
+static void ring_leave(pe_event *ev)
+{
+  struct pe_layouts *lt = ev->out_lt;
+  if (!lt) return;
+  ev->out_lt = NULL;
+  layouts_remove(lt, ev->id);
+  layouts_unref(lt);
+}
+
+/* The table of the ring target's records go to: its own ring's (created
+ * here) or, when target is itself redirected, that ring's.  NULL when
+ * target has no ring we know of. */
+static struct pe_layouts *target_table(pe_event *t)
+{
+  struct pe_layouts *lt;
+  if (t->out_lt) return t->out_lt;
+  if (t->own_lt) return t->own_lt;
+  if (!t->page || t->data_pages == 0) return NULL;
+  lt = (struct pe_layouts *)calloc(1, sizeof *lt);
+  if (!lt) return NULL;
+  lt->refs = 1;
+  layout_set(&lt->own, event_id(t), &t->attr, NULL);
+  layouts_update(lt);
+  t->own_lt = lt;
+  return lt;
+}
+
+void pe_ring_join(pe_event *ev, pe_event *target, const char *name)
+{
+  struct pe_layouts *lt;
+  pe_layout l;
+  ring_leave(ev);
+  if (!target || target == ev) return;
+  lt = target_table(target);
+  if (!lt || !event_id(ev)) return;   /* out of memory / no id: nothing to attribute */
+  layout_set(&l, ev->id, &ev->attr, name);
+  if (layouts_add(lt, &l) < 0) return;
+  lt->refs++;
+  ev->out_lt = lt;
+}
+
+static const char *const demux_hint =
+  "add \"identifier\" to the sample_type of every event sharing the ring";
+
+/*
+ * The layout to decode rec (len bytes, len >= 8, from ev's ring) with: the
+ * owner's while every layout is the same; otherwise the one of the event
+ * whose id the record carries.  NULL with st->msg set when the record
+ * cannot be attributed.
+ */
+static const pe_decode_cfg *record_cfg(pe_event *ev, ring_state *st,
+                                       const unsigned char *rec, size_t len)
+{
+  const struct pe_layouts *lt = ev->own_lt;
+  struct pe_event_header h;
+  const char *tname;
+  uint64_t id;
+  int i;
+  if (!layouts_by_id(lt)) return &st->cfg;   /* one layout: as unshared */
+  memcpy(&h, rec, sizeof h);
+  tname = pe_record_type_name(h.type);
+  if (!tname) tname = "unknown";
+  if (!lt->demux) {
+    snprintf(st->msg, sizeof st->msg, "events with different sample layouts share this "
+             "ring (set_output) and a %s record cannot be attributed: %s", tname, demux_hint);
+    return NULL;
+  }
+  if (h.type == PE_RECORD_SAMPLE) {
+    if (len < 16) {
+      snprintf(st->msg, sizeof st->msg, "sample record (%u bytes) is too short for its "
+               "identifier", (unsigned)len);
+      return NULL;
+    }
+    memcpy(&id, rec + 8, 8);
+  } else if (lt->sia == 0) {
+    /* no trailers: the bodies do not depend on sample_type; READ's does on
+     * read_format */
+    if (h.type == PE_RECORD_READ && !lt->rf_same) {
+      snprintf(st->msg, sizeof st->msg, "a read record in a ring shared by events with "
+               "different read_format cannot be attributed: set sample_id_all on every "
+               "event sharing the ring");
+      return NULL;
+    }
+    return &st->cfg;
+  } else if (lt->sia == 2) {
+    snprintf(st->msg, sizeof st->msg, "a %s record cannot be attributed: sample_id_all is "
+             "set on some of the events sharing this ring but not on all; set it on every "
+             "one (or none)", tname);
+    return NULL;
+  } else {
+    if (len < 16) {
+      snprintf(st->msg, sizeof st->msg, "%s record (%u bytes) is too short for its "
+               "sample_id trailer", tname, (unsigned)len);
+      return NULL;
+    }
+    memcpy(&id, rec + len - 8, 8);
+  }
+  if (id == lt->own.id) return &st->cfg;
+  for (i = 0; i < lt->n; i++)
+    if (lt->v[i].id == id) return &lt->v[i].cfg;
+  snprintf(st->msg, sizeof st->msg, "%s record with id %llu: no event sending records to "
+           "this ring has that id (redirect with set_output(event), not an fd, and drain "
+           "the ring before closing the event; %s)", tname, (unsigned long long)id,
+           demux_hint);
+  return NULL;
+}
+
+/* decodes rec from ev's ring and pushes the record; raises on failure */
+static int push_record(lua_State *L, pe_event *ev, ring_state *st,
+                       const unsigned char *rec, size_t len)
+{
+  const pe_decode_cfg *cfg = record_cfg(ev, st, rec, len);
+  if (!cfg) return luaL_error(L, "records(%s): %s", ev_label(L, 1), st->msg);
+  if (!pe_decode_record(L, rec, len, cfg))
+    return luaL_error(L, "records(%s): %s", ev_label(L, 1), lua_tostring(L, -1));
+  return 1;
+}
+
 /* ---- Lua methods --------------------------------------------------------- */
 static ring_state *check_ring(lua_State *L, int idx, pe_event **evp)
 {
@@ -276,9 +527,7 @@ static int records_iter(lua_State *L)
   if (n == 0) return 0;
   if (n < 0) return luaL_error(L, "records(%s): %s", ev_label(L, 1),
                                n == -1 ? st->msg : "no ring");
-  if (!pe_decode_record(L, p, (size_t)n, &st->cfg))
-    return luaL_error(L, "records(%s): %s", ev_label(L, 1), lua_tostring(L, -1));
-  return 1;
+  return push_record(L, ev, st, p, (size_t)n);
 }
 
 /* ev:records() -> iterator over the records in the ring now (non-blocking) */
@@ -306,9 +555,7 @@ static int l_decode_current(lua_State *L)
   pe_event *ev = pe_check_event(L, 1);
   ring_state *st = (ring_state *)ev->scratch;
   if (!st || !st->cur) return luaL_error(L, "records: no current record");
-  if (!pe_decode_record(L, st->cur, st->cur_len, &st->cfg))
-    return luaL_error(L, "records(%s): %s", ev_label(L, 1), lua_tostring(L, -1));
-  return 1;
+  return push_record(L, ev, st, st->cur, st->cur_len);
 }
 
 /* ev:_ring_error() -> why pe_ring_next returned -1 */
@@ -489,10 +736,45 @@ static int l_aux(lua_State *L)
   return 1;
 }
 
+/* ev:_ring_version() -> a number that changes whenever the set of events
+ * redirected into ev's ring changes; 0 when none ever was (records.lua
+ * caches its per-event plan on it) */
+static int l_ring_version(lua_State *L)
+{
+  pe_event *ev = pe_to_event(L, 1);
+  lua_pushinteger(L, ev->own_lt ? (lua_Integer)ev->own_lt->version : 0);
+  return 1;
+}
+
+/* ev:_ring_layouts() -> by_id, {[id] = {name=, type=, config=,
+ * sample_type=}} of the events redirected into ev's ring (not ev itself);
+ * by_id is true when records are attributed by id (layouts differ, or did:
+ * the FFI fast path, which knows one layout, must not run) */
+static int l_ring_layouts(lua_State *L)
+{
+  pe_event *ev = pe_to_event(L, 1);
+  const struct pe_layouts *lt = ev->own_lt;
+  int i;
+  lua_pushboolean(L, layouts_by_id(lt));
+  lua_createtable(L, 0, lt ? lt->n : 0);
+  for (i = 0; lt && i < lt->n; i++) {
+    const pe_layout *l = &lt->v[i];
+    pe_push_u64(L, l->id);
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, l->name); lua_setfield(L, -2, "name");
+    lua_pushinteger(L, (lua_Integer)l->type); lua_setfield(L, -2, "type");
+    pe_push_u64(L, l->config); lua_setfield(L, -2, "config");
+    pe_push_u64(L, l->cfg.sample_type); lua_setfield(L, -2, "sample_type");
+    lua_settable(L, -3);
+  }
+  return 2;
+}
+
 static const luaL_Reg ring_methods[] = {
   {"records", l_records}, {"poll", l_poll}, {"lost", l_lost}, {"ring", l_ring},
   {"map_aux", l_map_aux}, {"aux", l_aux}, {"_ring_ptr", l_ring_ptr},
   {"_decode_current", l_decode_current}, {"_ring_error", l_ring_error},
+  {"_ring_version", l_ring_version}, {"_ring_layouts", l_ring_layouts},
   {NULL, NULL}
 };
 
@@ -511,13 +793,56 @@ static uint64_t opt_u64(lua_State *L, int t, const char *k, uint64_t dflt)
   return v;
 }
 
+/* sim_ring's layouts = {{id=, sample_type=, read_format=, sample_id_all=,
+ * branch_sample_type=, sample_regs_user=, sample_regs_intr=, name=,
+ * type=, config=}, ...}: events "redirected" into the simulated ring */
+static void sim_layouts(lua_State *L, pe_event *ev)
+{
+  int i, n, top = lua_gettop(L);
+  lua_getfield(L, 1, "layouts");
+  if (lua_isnil(L, -1)) { lua_settop(L, top); return; }
+  luaL_argcheck(L, lua_istable(L, -1), 1, "layouts: a table of layouts");
+  n = (int)pe_rawlen(L, -1);
+  for (i = 1; i <= n; i++) {
+    int t;
+    struct pe_attr a;
+    pe_layout l;
+    struct pe_layouts *lt;
+    lua_rawgeti(L, top + 1, i);
+    t = lua_gettop(L);
+    luaL_argcheck(L, lua_istable(L, t), 1, "layouts: each layout is a table");
+    memset(&a, 0, sizeof a);
+    lua_getfield(L, t, "sample_type");
+    if (!lua_isnil(L, -1)) pe_flags_from_value(L, -1, "sample_type", &a.sample_type);
+    lua_getfield(L, t, "read_format");
+    if (!lua_isnil(L, -1)) pe_flags_from_value(L, -1, "read_format", &a.read_format);
+    lua_getfield(L, t, "branch_sample_type");
+    if (!lua_isnil(L, -1)) pe_flags_from_value(L, -1, "branch_sample_type", &a.branch_sample_type);
+    lua_getfield(L, t, "sample_id_all");
+    if (lua_toboolean(L, -1)) a.flags |= PE_FLAG_BIT(sample_id_all);
+    lua_settop(L, t);
+    a.sample_regs_user = opt_u64(L, t, "sample_regs_user", 0);
+    a.sample_regs_intr = opt_u64(L, t, "sample_regs_intr", 0);
+    a.type = (uint32_t)opt_u64(L, t, "type", 0);
+    a.config = opt_u64(L, t, "config", 0);
+    lua_getfield(L, t, "name");
+    layout_set(&l, opt_u64(L, t, "id", 0), &a, lua_tostring(L, -1));
+    lt = target_table(ev);
+    if (!lt || layouts_add(lt, &l) < 0) luaL_error(L, "sim_ring: out of memory");
+    lua_settop(L, top + 1);
+  }
+  lua_settop(L, top);
+}
+
 /*
  * core.sim_ring{data=bytes, head=, tail=, sample_type=, read_format=,
  *   sample_id_all=, branch_sample_type=, sample_regs_user=,
- *   sample_regs_intr=, write_backward=, aux=bytes, aux_head=, aux_tail=}
+ *   sample_regs_intr=, write_backward=, aux=bytes, aux_head=, aux_tail=,
+ *   id=, layouts=}
  *   -> a perf_event.event whose ring holds `data` (its length a power of
- *   two, at least 8) with the given head/tail; `aux` likewise.  The same
- *   records()/aux() code runs on it as on a kernel ring.
+ *   two, at least 8) with the given head/tail; `aux` likewise.  `id` is
+ *   the event's id, `layouts` (see sim_layouts) the events sharing its
+ *   ring.  The same records()/aux() code runs on it as on a kernel ring.
  */
 static int l_sim_ring(lua_State *L)
 {
@@ -563,6 +888,7 @@ static int l_sim_ring(lua_State *L)
   ev->attr.sample_regs_intr = opt_u64(L, 1, "sample_regs_intr", 0);
   ev->sample_type = ev->attr.sample_type;
   ev->read_format = ev->attr.read_format;
+  ev->id = opt_u64(L, 1, "id", 0);
 
   p = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return pe_push_syserror(L, "mmap", "sim_ring", errno, NULL);
@@ -583,6 +909,7 @@ static int l_sim_ring(lua_State *L)
   st = get_state(L, ev);
   if (!st) return lua_error(L);
   st->sim = 1;
+  sim_layouts(L, ev);
   if (aux) {
     void *a = mmap(NULL, alen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (a == MAP_FAILED) return pe_push_syserror(L, "mmap", "sim_ring aux", errno, NULL);

@@ -160,16 +160,17 @@ end
 -- tracepoint id -> format (cached; false when unknown)
 local formats = {}
 
-local function format_for(ev)
-  local a = ev:attr()
-  if a.type ~= 2 then return false end
-  local id = tonumber(a.config)
+-- the tracefs format of a tracepoint event (attr type 2, config = tracepoint
+-- id, name as opened), cached by id; false when unknown
+local function format_of(atype, config, name)
+  if tonumber(atype) ~= 2 then return false end
+  local id = tonumber(config)
+  if not id then return false end
   local cached = formats[id]
   if cached ~= nil then return cached end
   local ok, tp = pcall(require, "perf_event.tracepoint")
   if not ok then formats[id] = false return false end
   local fmt = false
-  local name = ev:name()
   if type(name) == "string" and find(name, "^[%w_]+:[%w_]+$") then
     local t = tp.tracepoint(name)
     if t and t.id == id then fmt = t end
@@ -182,6 +183,11 @@ local function format_for(ev)
   end
   formats[id] = fmt
   return fmt
+end
+
+local function format_for(ev)
+  local a = ev:attr()
+  return format_of(a.type, a.config, ev:name())
 end
 M.format_for = format_for
 
@@ -275,16 +281,37 @@ local function only_simple(st)
   return true
 end
 
--- per-event choices, computed once
+-- per-event choices, computed once per set of events sharing the ring
 local plans = setmetatable({}, { __mode = "k" })
 
+local function has_raw(st)
+  return (st / 1024) % 2 >= 1      -- PERF_SAMPLE_RAW: tracepoint fields
+end
+
 local function plan(ev)
+  local ver = ev:_ring_version()
   local p = plans[ev]
-  if p then return p end
+  if p and p.ver == ver then return p end
   local info = ev:info()
   local st = tonumber(info.sample_type) or 0
-  local raw = (st / 1024) % 2 >= 1      -- PERF_SAMPLE_RAW: tracepoint fields
-  p = { fmt = raw and format_for(ev), simple = only_simple(st), st = st }
+  p = { fmt = has_raw(st) and format_for(ev), simple = only_simple(st), st = st, ver = ver }
+  if ver ~= 0 then
+    -- other events write into this ring (set_output): the FFI fast path
+    -- knows one layout only, and tracepoint fields come from each
+    -- record's own event (by rec.id)
+    local mixed, lays = ev:_ring_layouts()
+    if mixed then p.simple = false end
+    local byid, any = {}, false
+    for id, l in pairs(lays) do
+      local f = has_raw(tonumber(l.sample_type) or 0) and format_of(l.type, l.config, l.name)
+      byid[id] = f
+      any = any or f ~= false
+    end
+    if any or (p.fmt and next(lays) ~= nil) then
+      byid[info.id] = p.fmt
+      p.byid = byid
+    end
+  end
   plans[ev] = p
   return p
 end
@@ -295,6 +322,10 @@ end
 -- @tparam[opt] table reuse a table the iterator may refill for each sample
 --   instead of allocating one (LuaJIT fast path: fixed-layout samples); the
 --   loop must then not keep `rec` past the iteration
+-- In a ring shared through `set_output`, records of events with another
+-- sample layout are told apart by `identifier` and decoded with their own
+-- event's layout; a tracepoint sample's `fields` come from its own event's
+-- format (looked up by `rec.id`).
 -- @treturn function iterator yielding record tables
 function M.records(ev, reuse)
   if getmetatable(ev) ~= core.event_mt then   -- not an event: say so, as the C methods do
@@ -305,11 +336,23 @@ function M.records(ev, reuse)
   if reuse ~= nil and type(reuse) ~= "table" then
     error("records: the argument must be a table to reuse, got " .. type(reuse), 2)
   end
-  if M.ffi and fast_iter and p.simple and not p.fmt then
+  if M.ffi and fast_iter and p.simple and not p.fmt and not p.byid then
     return fast_iter(ev, p.st, reuse)
   end
   it, s, c = c_records(ev)
-  local fmt = p.fmt
+  local fmt, byid = p.fmt, p.byid
+  if byid then      -- a shared ring: the format of the record's own event
+    return function()
+      local rec = it(s, c)
+      if rec and rec.raw then
+        local f = fmt
+        if rec.id ~= nil then f = byid[rec.id] end
+        if f == nil then f = fmt end
+        if f then rec.fields = M.decode_fields(rec.raw, f) end
+      end
+      return rec
+    end
+  end
   if not fmt then return it, s, c end
   return function()
     local rec = it(s, c)
