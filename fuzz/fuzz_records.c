@@ -4,7 +4,11 @@
  *
  * Input (little-endian; a short input reads as zeros):
  *   byte  0      mode: bit0 sample_id_all, bit1 write_backward,
- *                bit2 head = tail + data length (a "full" ring)
+ *                bit2 head = tail + data length (a "full" ring),
+ *                bit3 a shared ring (E6): the ring's event has id 1 and a
+ *                second event with id 2 writes into it with its own layout
+ *                (sample_type from bits 32-56 of bytes 1-8, read_format
+ *                from bits 8-12 of bytes 9-16, sample_id_all from mode bit4)
  *   bytes 1-8    sample_type   (masked to the 25 bits the kernel defines)
  *   bytes 9-16   read_format   (masked to the 5 defined bits)
  *   bytes 17-24  branch_sample_type
@@ -32,11 +36,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static lua_State *L;
 
 static const char drain[] =
-  "local data, mode, st, rf, bst, ru, ri, head, tail = ...\n"
+  "local data, mode, st, rf, bst, ru, ri, head, tail, st2, rf2 = ...\n"
   "local opts = { data = data, sample_type = st, read_format = rf,\n"
   "  branch_sample_type = bst, sample_regs_user = ru, sample_regs_intr = ri,\n"
   "  sample_id_all = mode % 2 == 1, write_backward = mode % 4 >= 2,\n"
   "  head = head, tail = tail, last = tail }\n"
+  "if mode % 16 >= 8 then\n"
+  "  opts.id = 1\n"
+  "  opts.layouts = { { id = 2, sample_type = st2, read_format = rf2,\n"
+  "    sample_id_all = mode % 32 >= 16, branch_sample_type = bst,\n"
+  "    sample_regs_user = ru, sample_regs_intr = ri } }\n"
+  "end\n"
   "local ok, ev = pcall(core.sim_ring, opts)\n"
   "if not ok then return 'sim_ring: ' .. tostring(ev) end\n"
   "local n = 0\n"
@@ -74,12 +84,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   fz f = { data, size, 0 };
   pe_decode_cfg cfg;
   unsigned mode = fz_u8(&f);
-  uint64_t head, tail;
+  uint64_t head, tail, st_in, rf_in;
   size_t dlen, ring = 8, pos;
   unsigned char *buf;
   memset(&cfg, 0, sizeof cfg);
-  cfg.sample_type = fz_u64(&f) & ((1ull << 25) - 1);
-  cfg.read_format = fz_u64(&f) & 0x1f;
+  st_in = fz_u64(&f);
+  rf_in = fz_u64(&f);
+  cfg.sample_type = st_in & ((1ull << 25) - 1);
+  cfg.read_format = rf_in & 0x1f;
   cfg.branch_sample_type = fz_u64(&f);
   cfg.regs_user = fz_u64(&f);
   cfg.regs_intr = fz_u64(&f);
@@ -126,7 +138,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   lua_pushinteger(L, (lua_Integer)cfg.regs_intr);
   lua_pushinteger(L, (lua_Integer)head);
   lua_pushinteger(L, (lua_Integer)tail);
-  if (lua_pcall(L, 9, 1, 0) != 0) FZ_ASSERT(0, "drain raised: %s", lua_tostring(L, -1));
+  lua_pushinteger(L, (lua_Integer)((st_in >> 32) & ((1ull << 25) - 1)));
+  lua_pushinteger(L, (lua_Integer)((rf_in >> 8) & 0x1f));
+  if (lua_pcall(L, 11, 1, 0) != 0) FZ_ASSERT(0, "drain raised: %s", lua_tostring(L, -1));
   lua_settop(L, 0);
   free(buf);
   lua_gc(L, LUA_GCCOLLECT, 0);

@@ -96,6 +96,24 @@ do
   end
 end
 
+-- a ring shared by two events with different layouts (mode bit3, E6):
+-- the ring's event has id 1 and identifier|ip|tid, the other id 2 and
+-- identifier|tid|period|raw (upper half of the sample_type word); both
+-- with sample_id_all (mode bits 0 and 4), a COMM of each after the samples
+do
+  local function rec(type_, body)
+    return le64(type_):sub(1, 4) .. le64(0):sub(1, 2) .. le64(8 + #body):sub(1, 2) .. body
+  end
+  local function d(v) return le64(v):sub(1, 4) end
+  local comm = d(30) .. d(31) .. "lua\0\0\0\0\0"
+  local data = rec(9, le64(1) .. le64(0x401000) .. d(10) .. d(11)) ..
+    rec(9, le64(2) .. d(20) .. d(21) .. le64(7) .. d(4) .. "abcd") ..
+    rec(3, comm .. d(10) .. d(11) .. le64(1)) .. rec(3, comm .. d(20) .. d(21) .. le64(2))
+  local st = 0x10003 + 0x10502 * 2 ^ 32
+  save("records", "shared-ring", string.char(1 + 8 + 16) .. le64(st) .. le64(0) .. le64(0) ..
+    le64(0) .. le64(0) .. le64(#data) .. le64(0) .. data)
+end
+
 -- read_format: every layout from real read(2)s
 local buf = ffi.new("uint8_t[4096]")
 for rf = 0, 31 do
