@@ -251,20 +251,23 @@ const char *pe_open_hint(char *buf, size_t len, int err,
         snprintf(buf, len, "clockid %d is not accepted (use MONOTONIC, MONOTONIC_RAW, "
                  "REALTIME, BOOTTIME or TAI)", a->clockid);
       else if (a->type == PE_TYPE_TRACEPOINT)
-        snprintf(buf, len, "tracepoint id %llu is unknown to the kernel",
+        snprintf(buf, len, "tracepoint id %llu is unknown to the kernel; or, as a group "
+                 "member: pinned/exclusive set, or inherit unlike the leader's",
                  (unsigned long long)a->config);
       else if (a->type == PE_TYPE_BREAKPOINT)
         snprintf(buf, len, "bad breakpoint: bp_type must be W, RW or X (R alone is not "
                  "supported on x86), bp_len 1/2/4/8 (8 for X) and bp_addr aligned to bp_len");
       else if (cpu < -1 || cpu >= 0)
         snprintf(buf, len, "cpu %d may not exist, or the group leader is on another cpu/task, "
-                 "or pinned/exclusive was set on a group member", cpu);
+                 "or pinned/exclusive was set on a group member, or its inherit is unlike the "
+                 "leader's", cpu);
       else if (a->type > PE_TYPE_BREAKPOINT && (a->flags & (7ull << PE_FLAG_exclude_user)))
         snprintf(buf, len, "this PMU may not support exclude_user/kernel/hv or sampling "
                  "(msr accepts neither)");
       else
         snprintf(buf, len, "an attr field is out of range for this PMU, or the group "
-                 "pairing is invalid (leader on another cpu/task, pinned/exclusive on a member)");
+                 "pairing is invalid (leader on another cpu/task, pinned/exclusive on a member, "
+                 "inherit unlike the leader's)");
       return buf;
     }
   default:

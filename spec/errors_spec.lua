@@ -39,6 +39,22 @@ describe("system-call errors", function()
     assert.matches("tracepoint id 999999", msg, 1, true)
   end)
 
+  it("EINVAL for a group member whose inherit is unlike the leader's, saying so", function()
+    local lead = assert(pe.open({ type = "software", config = 1, name = "lead", read_format = 15 }))
+    local sw = { type = "software", config = 2, name = "pf", inherit = true }
+    local tp = pe.attr("syscalls:sys_enter_getppid")
+    tp.inherit = true
+    for _, spec in ipairs({ sw, tp }) do
+      local ev, msg, errno = pe.open(spec, { group = lead })
+      expect_errno(22, "EINVAL", ev, msg, errno)
+      assert.matches("inherit unlike the leader's", msg, 1, true)
+      spec.inherit = nil                          -- the same member without it joins
+      local ok = assert(pe.open(spec, { group = lead }))
+      ok:close()
+    end
+    lead:close()
+  end)
+
   it("EBADF for a group fd that is not open", function()
     local ev, msg, errno = pe.open({ type = "software", config = 1, name = "t" }, { group = 9999 })
     expect_errno(9, "EBADF", ev, msg, errno)
