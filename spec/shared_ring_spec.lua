@@ -142,6 +142,45 @@ describe("a ring shared by events with different sample_type", function()
     ev1:close()
   end)
 
+  it("an event redirected to a redirected event joins the first ring (three layouts)", function()
+    local t = tp("sys_enter_getppid", "identifier|ip")
+    local ev1 = assert(pe.open(t, { pages = 16 }))
+    t.sample_type = "identifier|tid"
+    local ev2 = assert(pe.open(t, { pages = false }))
+    t.sample_type = "identifier|time|period"
+    local ev3 = assert(pe.open(t, { pages = false }))
+    assert.is_true(ev2:set_output(ev1))
+    assert.is_true(ev3:set_output(ev2))     -- the kernel resolves this to ev1's ring
+    for _, ev in ipairs({ ev1, ev2, ev3 }) do assert(ev:enable()) end
+    petest.getppid(4)
+    for _, ev in ipairs({ ev1, ev2, ev3 }) do assert(ev:disable()) end
+    local n = {}
+    for r in ev1:records() do
+      n[r.id] = (n[r.id] or 0) + 1
+      if r.id == ev1:id() then assert.is_not_nil(r.ip); assert.is_nil(r.tid)
+      elseif r.id == ev2:id() then assert.equal(ME, r.pid); assert.is_nil(r.ip)
+      else assert.equal(ev3:id(), r.id); assert.equal(1, r.period); assert.is_nil(r.pid) end
+    end
+    assert.same({ [ev1:id()] = 4, [ev2:id()] = 4, [ev3:id()] = 4 }, n)
+    ev3:close(); ev2:close(); ev1:close()
+  end)
+
+  it("the ring's owner may go first: the members' tables stay valid (asan)", function()
+    collectgarbage(); collectgarbage()
+    local fds = U.count_perf_fds()
+    local ev1, ev2 = pair("identifier|ip", "identifier|tid|raw")
+    local t = tp("sys_enter_getppid", "identifier|time")
+    local ev3 = assert(pe.open(t, { pages = false }))
+    assert.is_true(ev3:set_output(ev1))
+    ev1:close()
+    assert.is_true(ev2:set_output(nil))     -- leaves the owner's table after the owner
+    ev2:close()
+    assert.equal(fds + 1, U.count_perf_fds())
+    ev3 = nil                               -- luacheck: ignore (the last member goes through __gc)
+    collectgarbage(); collectgarbage()
+    assert.equal(fds, U.count_perf_fds())
+  end)
+
   it("equal layouts decode as before (the FFI path stays on)", function()
     local ev1, ev2 = pair("identifier|tid", "identifier|tid")
     local by_id_flag, lays = ev1:_ring_layouts()
