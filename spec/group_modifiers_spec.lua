@@ -334,3 +334,34 @@ describe("W: weak group", function()
     g:close()
   end)
 end)
+
+describe("S on a single event", function()
+  it("adds READ|ID to a sampling event's sample_type, as perf record does", function()
+    local ev = assert(pe.open({ event = "syscalls:sys_enter_getppid:S", sample_period = 1,
+                                sample_type = "tid|period" }, { disabled = true }))
+    -- TID|PERIOD as written, plus READ (bit 4) and ID (bit 6)
+    assert.equal(2 + 256 + 16 + 64, ev:attr().sample_type)
+    assert.is_true(ev:enable())
+    local N = 7
+    petest.getppid(N)
+    assert.is_true(ev:disable())
+    local recs = drain(ev)
+    assert.equal(N, #recs)
+    for i, r in ipairs(recs) do
+      assert.equal(ev:id(), r.id)
+      assert.equal(i, r.read.value)        -- the i-th call's sample counts i
+    end
+    ev:close()
+  end)
+
+  it("means nothing on a counting event (as in perf stat)", function()
+    local ev = assert(pe.open("page-faults:S"))
+    local plain = assert(pe.open("page-faults"))
+    assert.are.same(plain:attr().sample_type, ev:attr().sample_type)
+    assert.are.same(plain:attr().read_format, ev:attr().read_format)
+    assert.equal(0, ev:info().pages)
+    plain:close()
+    ev:close()
+  end)
+end)
+

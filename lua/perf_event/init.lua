@@ -190,8 +190,11 @@ end
 -- @treturn[2] nil
 -- @treturn[2] string message naming the errno and what to do
 -- @treturn[2] number errno
+local single_sample_read   -- below, with the group modifiers
+
 function M.open(spec, opts)
-  local attr, name, explicit, guest = resolve(spec, 2)
+  local attr, name, explicit, guest, entry = resolve(spec, 2)
+  if entry and entry.sample_read then single_sample_read(attr) end
   if attr.read_format == nil and not attr.sample_period and not attr.sample_freq then
     attr.read_format = COUNT_FORMAT
   end
@@ -261,6 +264,19 @@ local function with_read_id(st)
   u64.setbit(u, SAMPLE_READ_BIT)
   u64.setbit(u, SAMPLE_ID_BIT)
   return u64.value(u)
+end
+
+-- `S` on a single event that samples (a period or frequency given): as
+-- perf record, its samples carry its count (READ|ID added to sample_type,
+-- perf record's default sample_type when none).  On a counting event `S`
+-- means nothing, as in perf stat.
+single_sample_read = function(attr)
+  if not (is_set(attr.sample_period) or is_set(attr.sample_freq)) then return end
+  if attr.sample_type == nil then
+    local tp = attr.type == TYPE_TRACEPOINT or attr.type == "tracepoint"
+    attr.sample_type = tp and "ip|tid|time|cpu|period|raw" or "ip|tid|time|period"
+  end
+  attr.sample_type = with_read_id(attr.sample_type)
 end
 
 local function leader_sampling(members)
