@@ -18,26 +18,10 @@ end
 
 local have_perf = run("env -u LD_PRELOAD perf --version"):find("^perf version") ~= nil
 
--- perf -vv output -> array of attr blocks {f = {field = text}, opens = {lines}}:
--- the fields perf printed and the sys_perf_event_open lines after them
+-- perf -vv output -> its attr blocks (U.perf_attr_blocks) and the text
 local function perf_vv(args)
   local out = run("env -u LD_PRELOAD perf " .. args)
-  local blocks, cur, in_attr = {}, nil, false
-  for line in out:gmatch("[^\n]+") do
-    if line == "perf_event_attr:" then
-      cur = { f = {}, opens = {} }
-      blocks[#blocks + 1] = cur
-      in_attr = true
-    elseif line:find("^%-%-%-%-") then
-      in_attr = false
-    elseif cur and in_attr then
-      local k, v = line:match("^  (.-)%s%s+(%S+)$")
-      if k then cur.f[k] = v end
-    elseif cur and line:find("^sys_perf_event_open") then
-      cur.opens[#cur.opens + 1] = line
-    end
-  end
-  return blocks, out
+  return U.perf_attr_blocks(out), out
 end
 
 -- perf's names of the sample_type / read_format bits (perf_event_attr_fprintf.c)
@@ -80,7 +64,7 @@ describe("S: leader sampling", function()
         assert.is_true(#blocks >= 2, "perf printed no attrs")
         local g = assert(pe.group(str, { disabled = true }))
         for i = 1, 2 do
-          local theirs, ours = blocks[i].f, g:event(i):attr()
+          local theirs, ours = blocks[i].fields, g:event(i):attr()
           assert.equal(tonumber(theirs.type), ours.type)
           assert.same(nameset(theirs.sample_type), bitset(ours.sample_type, SAMPLE_BITS), "sample_type " .. i)
           assert.equal(theirs.freq == "1", ours.freq == true, "freq " .. i)
@@ -211,7 +195,7 @@ describe("W: weak group", function()
       local reopened = {}
       for _, b in ipairs(blocks) do
         local last = b.opens[#b.opens] or ""
-        if last:find("group_fd %-1") and last:find("= %d+$") and not nameset(b.f.read_format).GROUP then
+        if last:find("group_fd %-1") and last:find("= %d+$") and not nameset(b.fields.read_format).GROUP then
           reopened[#reopened + 1] = b
         end
       end
@@ -221,9 +205,9 @@ describe("W: weak group", function()
       assert.equal(22, g.fallback_errno)
       for i, b in ipairs(reopened) do
         local a = g:event(i):attr()
-        assert.equal(tonumber(b.f.config), a.config)
-        assert.same(nameset(b.f.read_format), bitset(a.read_format, READ_BITS))
-        assert.equal(b.f.pinned == "1", a.pinned == true)
+        assert.equal(tonumber(b.fields.config), a.config)
+        assert.same(nameset(b.fields.read_format), bitset(a.read_format, READ_BITS))
+        assert.equal(b.fields.pinned == "1", a.pinned == true)
       end
       g:close()
     end)

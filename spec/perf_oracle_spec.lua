@@ -6,6 +6,7 @@
 -- `perf record -vv`, which also prints the attr.
 local parse = require("perf_event.parse")
 local u64 = require("perf_event.u64")
+local U = require("support.util")
 
 local function sh(cmd)
   local p = io.popen(cmd .. " 2>&1")
@@ -28,21 +29,7 @@ local function perf_blocks(str, mode)
     cmd = "env -u LD_PRELOAD perf stat -vv -e " .. quote(str) .. " -- true"
   end
   local out = sh(cmd)
-  local blocks, cur = {}, nil
-  for line in out:gmatch("[^\n]*") do
-    if line == "perf_event_attr:" then
-      cur = { fields = {} }
-      blocks[#blocks + 1] = cur
-    elseif cur and line:match("^%-%-%-%-") then
-      cur.closed = true
-    elseif cur and not cur.closed then
-      local k, v = line:match("^  (.-)%s%s+(%S+)$")
-      if k then cur.fields[k] = v end
-    elseif cur and line:match("^sys_perf_event_open failed") then
-      cur.failed = true
-    end
-  end
-  return blocks, out
+  return U.perf_attr_blocks(out), out
 end
 
 local PERF_KEY = {
@@ -281,21 +268,7 @@ local function perf_on_fixture(tree, strings)
   for i, chunk in (out .. "@@@ 0\n"):gmatch("@@@ (%d+)\n(.-)\n?%f[@]") do chunks[#chunks + 1] = { i, chunk } end
   for _, c in ipairs(chunks) do
     local i, chunk = c[1], c[2]
-    local blocks, cur = {}, nil
-    for line in chunk:gmatch("[^\n]*") do
-      if line == "perf_event_attr:" then
-        cur = { fields = {} }
-        blocks[#blocks + 1] = cur
-      elseif cur and line:match("^%-%-%-%-") then
-        cur.closed = true
-      elseif cur and not cur.closed then
-        local k, v = line:match("^  (.-)%s%s+(%S+)$")
-        if k then cur.fields[k] = v end
-      elseif cur and line:match("^sys_perf_event_open failed") then
-        cur.failed = true
-      end
-    end
-    res[tonumber(i)] = { blocks = blocks, out = chunk }
+    res[tonumber(i)] = { blocks = U.perf_attr_blocks(chunk), out = chunk }
   end
   res[0] = nil
   return res

@@ -109,4 +109,27 @@ function U.lua_cmd()
   return (_VERSION:gsub("Lua ", "lua"))
 end
 
+-- The attr blocks of `perf ... -vv` output: an array of
+-- { fields = {name = text}, opens = {"sys_perf_event_open..." lines after
+-- the block}, failed = true when one of them failed }
+function U.perf_attr_blocks(out)
+  local blocks, cur, in_attr = {}, nil, false
+  for line in out:gmatch("[^\n]+") do
+    if line == "perf_event_attr:" then
+      cur = { fields = {}, opens = {} }
+      blocks[#blocks + 1] = cur
+      in_attr = true
+    elseif line:find("^%-%-%-%-") then
+      in_attr = false
+    elseif cur and in_attr then
+      local k, v = line:match("^  (.-)%s%s+(%S+)$")
+      if k then cur.fields[k] = v end
+    elseif cur and line:find("^sys_perf_event_open") then
+      cur.opens[#cur.opens + 1] = line
+      if line:find("^sys_perf_event_open failed") then cur.failed = true end
+    end
+  end
+  return blocks
+end
+
 return U
