@@ -154,23 +154,18 @@ local function ffi_read(ev)
   return c_read(ev)
 end
 
-local function ffi_enable(ev, group)
-  if getmetatable(ev) ~= event_mt then bad_self("enable", "perf_event.event", ev) end
-  if fast_ioctl(ev, 0, group and 1 or 0) == 0 then return true end
-  return c_enable(ev, group)
+-- enable/disable/reset (op 0/1/2 of pe_fast_ioctl), falling back to the
+-- C method `cfn` on anything but success
+local function ffi_ioctl(name, op, cfn)
+  return function(ev, group)
+    if getmetatable(ev) ~= event_mt then bad_self(name, "perf_event.event", ev) end
+    if fast_ioctl(ev, op, group and 1 or 0) == 0 then return true end
+    return cfn(ev, group)
+  end
 end
-
-local function ffi_disable(ev, group)
-  if getmetatable(ev) ~= event_mt then bad_self("disable", "perf_event.event", ev) end
-  if fast_ioctl(ev, 1, group and 1 or 0) == 0 then return true end
-  return c_disable(ev, group)
-end
-
-local function ffi_reset(ev, group)
-  if getmetatable(ev) ~= event_mt then bad_self("reset", "perf_event.event", ev) end
-  if fast_ioctl(ev, 2, group and 1 or 0) == 0 then return true end
-  return c_reset(ev, group)
-end
+local ffi_enable = ffi_ioctl("enable", 0, c_enable)
+local ffi_disable = ffi_ioctl("disable", 1, c_disable)
+local ffi_reset = ffi_ioctl("reset", 2, c_reset)
 
 -- member names per group, fetched once (they are fixed at open)
 local names_of = setmetatable({}, { __mode = "k" })
@@ -297,23 +292,16 @@ M._group_rest = group_rest     -- for the specs (synthetic multiplexing)
 M._group_buf = gb
 M._readers = readers           -- group -> its generated reader (false: none)
 
-local function group_enable(g)
-  if getmetatable(g) ~= group_mt then bad_self("enable", "perf_event.group", g) end
-  if fast_group_ioctl(g, 0) == 0 then return true end
-  return cg_enable(g)
+local function group_ioctl(name, op, cfn)
+  return function(g)
+    if getmetatable(g) ~= group_mt then bad_self(name, "perf_event.group", g) end
+    if fast_group_ioctl(g, op) == 0 then return true end
+    return cfn(g)
+  end
 end
-
-local function group_disable(g)
-  if getmetatable(g) ~= group_mt then bad_self("disable", "perf_event.group", g) end
-  if fast_group_ioctl(g, 1) == 0 then return true end
-  return cg_disable(g)
-end
-
-local function group_reset(g)
-  if getmetatable(g) ~= group_mt then bad_self("reset", "perf_event.group", g) end
-  if fast_group_ioctl(g, 2) == 0 then return true end
-  return cg_reset(g)
-end
+local group_enable = group_ioctl("enable", 0, cg_enable)
+local group_disable = group_ioctl("disable", 1, cg_disable)
+local group_reset = group_ioctl("reset", 2, cg_reset)
 
 --- The FFI routes (installed into the metatables' `__index` tables).
 M.ffi = {
