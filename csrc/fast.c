@@ -93,20 +93,13 @@ static inline void store_double(uint64_t *slot, uint64_t v)
  */
 int pe_fast_read(pe_event *ev, uint64_t *out)
 {
-  int rc = 3;
+  int rc;
   if (ev->gen != pe_fork_gen) return -1;    /* forked: the C method fixes it up */
-  if (ev->read_format != RF_TIMES || (ev->page && (ev->page->capabilities & PE_CAP_USER_RDPMC))) {
-    /* not what pe.open asks for, or the kernel may let us use rdpmc */
-    if (read_general(ev, out) < 0) return -1;
-    rc = ((ev->read_format & PE_FORMAT_TOTAL_TIME_ENABLED) ? 1 : 0) |
-         ((ev->read_format & PE_FORMAT_TOTAL_TIME_RUNNING) ? 2 : 0);
-  } else {
-    /* the common case: value, enabled, running by read(2) */
-    ssize_t n = read(ev->fd, out, 3 * sizeof *out);
-    if (n != (ssize_t)(3 * sizeof *out)) return -1;    /* EINTR too: the C method retries */
-    if (out[2] < out[1]) out[0] = pe_scale(out[0], out[1], out[2]);
-    else if (out[2] == 0) out[0] = 0;                  /* what pe_scale gives */
-  }
+  /* the plain read(2) case was tried from the trace already (plain_fd1):
+   * here are the user page, other read_formats and a failed plain read */
+  if (read_general(ev, out) < 0) return -1;
+  rc = ((ev->read_format & PE_FORMAT_TOTAL_TIME_ENABLED) ? 1 : 0) |
+       ((ev->read_format & PE_FORMAT_TOTAL_TIME_RUNNING) ? 2 : 0);
   if ((out[0] | out[1] | out[2]) >= EXACT_MAX) return rc | FAST_BIG;
   store_double(out + 3, out[0]);
   store_double(out + 4, out[1]);
