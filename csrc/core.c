@@ -59,6 +59,7 @@ static const luaL_Reg funcs[] = {
   {"scale", l_scale}, {"explain", l_explain},
   {"attr_encode", pe_l_attr_encode}, {"attr_decode", pe_l_attr_decode},
   {"bits", pe_l_bits}, {"decode_read", pe_l_decode_read},
+  {"readdir", pe_l_readdir},
   {"strerror", l_strerror}, {"u64", l_u64}, {NULL, NULL}
 };
 

@@ -53,6 +53,7 @@ int pe_flags_from_value(lua_State *L, int idx, const char *field, uint64_t *out)
 int pe_l_attr_encode(lua_State *L);
 int pe_l_attr_decode(lua_State *L);
 int pe_l_bits(lua_State *L);
+int pe_l_readdir(lua_State *L);           /* dir.c */
 
 /* ---- read_format decoding (readfmt.c) ----------------------------------- */
 typedef struct pe_readval {

@@ -1,17 +1,16 @@
 --- Tiny read-only file-system helpers for sysfs, tracefs and procfs.
--- Pure Lua: files through `io.open`, directory listings through one
--- `ls`/`find` child (the binding has no readdir of its own).
+-- Files through `io.open`, directory listings through the core's
+-- `readdir`: no helper ever starts a process (a fork inside an nginx worker
+-- or any measured program is noise at best).
 -- @module perf_event.fs
 
-local open, popen = io.open, io.popen
+local readdir = require("perf_event.core").readdir
+
+local open = io.open
 local gsub, sub, find = string.gsub, string.sub, string.find
 local sort, ipairs = table.sort, ipairs
 
 local M = {}
-
-local function quote(path)
-  return "'" .. gsub(path, "'", "'\\''") .. "'"
-end
 
 --- Whole content of a file, or nil.
 -- @tparam string path
@@ -35,36 +34,27 @@ function M.exists(path)
   return false
 end
 
-local function lines_of(cmd, unsorted)
-  local p = popen(cmd, "r")
-  if not p then return {} end
-  local out = {}
-  for line in p:lines() do
-    if line ~= "" then out[#out + 1] = line end
-  end
-  p:close()
-  if not unsorted then sort(out) end
-  return out
-end
-
 --- Names in a directory (no `.`/`..`); empty if it does not exist.
 -- @tparam string dir
 -- @tparam[opt] boolean readdir_order keep the directory's own order (else sorted)
 -- @treturn table
 function M.list(dir, readdir_order)
-  return lines_of("ls -1A" .. (readdir_order and "U" or "") .. " -- " .. quote(dir) .. " 2>/dev/null",
-    readdir_order)
+  local out = readdir(dir) or {}
+  if not readdir_order then sort(out) end
+  return out
 end
 
 --- Paths `a/b` of the directories two levels below dir, in readdir order
--- (the order perf expands globs in).
+-- (the order perf expands globs in); symlinks to directories count.
 -- @tparam string dir
 -- @treturn table relative paths
 function M.subdirs2(dir)
-  local out = lines_of("find -L " .. quote(dir) .. " -mindepth 2 -maxdepth 2 -type d 2>/dev/null", true)
-  local n = #dir + 2
-  for i, p in ipairs(out) do
-    if sub(dir, -1) == "/" then out[i] = sub(p, n - 1) else out[i] = sub(p, n) end
+  local out = {}
+  if sub(dir, -1) == "/" and #dir > 1 then dir = sub(dir, 1, -2) end
+  for _, a in ipairs(readdir(dir, true) or {}) do
+    for _, b in ipairs(readdir(dir .. "/" .. a, true) or {}) do
+      out[#out + 1] = a .. "/" .. b
+    end
   end
   return out
 end

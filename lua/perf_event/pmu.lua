@@ -18,20 +18,28 @@ local M = {}
 
 local DEFAULT_ROOT = "/sys/bus/event_source/devices"
 local root = DEFAULT_ROOT
+-- PMUs by name (false: no such PMU) and the names list, each read from
+-- sysfs once per process (and per root) until `refresh`
 local cache = {}
+local names_cache = {}
 
 --- Points discovery at another sysfs devices directory (nil = the real one).
 -- @tparam[opt] string dir
 function M.set_root(dir)
   root = dir or DEFAULT_ROOT
   cache = {}
+  names_cache = {}
 end
 
 --- The sysfs devices directory in use.
 function M.root() return root end
 
---- Forgets cached PMUs (after hotplug, or between tests).
-function M.refresh() cache = {} end
+--- Forgets cached PMUs and the PMU list (after hotplug or a module load
+-- that adds a PMU, or between tests); the next lookup reads sysfs again.
+function M.refresh()
+  cache = {}
+  names_cache = {}
+end
 
 local CONFIGS = { config = true, config1 = true, config2 = true, config3 = true }
 
@@ -165,12 +173,21 @@ function M.pmu(name)
 end
 
 --- Names of all PMUs, sorted (or in sysfs readdir order, the order perf uses).
+-- The sysfs directory is read once per process; `refresh` forgets it.
 -- @tparam[opt] boolean readdir_order
+-- @treturn table a new array (the caller may modify it)
 function M.names(readdir_order)
-  local out = {}
-  for _, n in ipairs(fs.list(root, readdir_order)) do
-    if M.pmu(n) then out[#out + 1] = n end
+  local key = readdir_order and "readdir" or "sorted"
+  local cached = names_cache[key]
+  if not cached then
+    cached = {}
+    for _, n in ipairs(fs.list(root, readdir_order)) do
+      if M.pmu(n) then cached[#cached + 1] = n end
+    end
+    names_cache[key] = cached
   end
+  local out = {}
+  for i, n in ipairs(cached) do out[i] = n end
   return out
 end
 

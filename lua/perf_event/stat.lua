@@ -105,10 +105,8 @@ M.online_cpus = online_cpus
 
 local function threads_of(pid)
   local tids = {}
-  local p = io.popen and io.popen("ls /proc/" .. tonumber(pid) .. "/task 2>/dev/null")
-  if p then
-    for l in p:lines() do tids[#tids + 1] = tonumber(l) end
-    p:close()
+  for _, l in ipairs(require("perf_event.fs").list("/proc/" .. tonumber(pid) .. "/task")) do
+    tids[#tids + 1] = tonumber(l)
   end
   if #tids == 0 then tids[1] = pid end
   return tids
