@@ -84,6 +84,43 @@ describe("pmu on this machine", function()
     end
   end)
 
+  it("list() shows only names pe.attr accepts, each resolving to its kind", function()
+    local pe = require("perf_event")
+    local rejected, kinds = {}, {}
+    local l = pe.list()
+    for _, n in ipairs(l) do
+      local a, msg = pe.attr(n)
+      if not a then rejected[#rejected + 1] = n .. ": " .. tostring(msg):gsub("\n.*", "")
+      else kinds[a.type] = (kinds[a.type] or 0) + 1 end
+    end
+    assert.same({}, rejected)
+    -- hardware (0), software (1), tracepoints (2), cache (3) all went through
+    assert.equal(#require("perf_event.events").software_list, kinds[1])
+    assert.equal(#require("perf_event.events").cache_list(), kinds[3])
+    assert.is_true((kinds[2] or 0) > 0 or not require("perf_event.tracepoint").root())
+  end)
+
+  it("lists the cache names perf accepts (L1-dcache-prefetches, not -prefetchs)", function()
+    local cache = require("perf_event.events").cache_list()
+    local set = {}
+    for _, n in ipairs(pmu.list()) do set[n] = true end
+    assert.is_nil(set["L1-dcache-prefetchs"])
+    assert.is_true(set["L1-dcache-prefetches"])
+    assert.is_true(set["LLC-prefetch-misses"])
+    for _, n in ipairs(cache) do assert.is_true(set[n], n) end
+    if sh("command -v perf") == "" then pending("perf is not installed") return end
+    -- perf parses every one (hardware-less machines say <not supported>, not a syntax error)
+    local out = sh("perf stat -x, -e " .. table.concat(cache, ",") .. " -- true 2>&1")
+    assert.is_nil(out:find("syntax error", 1, true), out)
+    local seen = 0
+    for _, n in ipairs(cache) do
+      if out:find("," .. n .. ",", 1, true) or out:find("," .. n .. "\n", 1, true) then seen = seen + 1 end
+    end
+    assert.equal(#cache, seen, out)
+    -- and a misspelling is perf's syntax error too: the oracle can fail
+    assert.truthy(sh("perf stat -e L1-dcache-prefetchs -- true 2>&1"):find("syntax error", 1, true))
+  end)
+
   it("list(pattern) filters by substring or glob", function()
     assert.are.same({ "task-clock" }, pmu.list("task-clock"))
     for _, n in ipairs(pmu.list("sched:sched_wak*")) do assert.truthy(n:match("^sched:sched_wak")) end

@@ -68,7 +68,7 @@ function M.cache_list()
     local t = M.cache_types[id + 1][1]
     for op = 0, 2 do
       if M.cache_valid[id][op] then
-        out[#out + 1] = t .. "-" .. opname[op] .. "s"
+        out[#out + 1] = t .. "-" .. M.cache_ops[op + 1][2]   -- loads, stores, prefetches
         out[#out + 1] = t .. "-" .. opname[op] .. "-misses"
       end
     end
