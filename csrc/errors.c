@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/capability.h>
 #include "pe_core.h"
 
 static const struct { int err; const char *name; } errnames[] = {
@@ -34,13 +37,12 @@ const char *pe_errno_name(int err)
   return "E?";
 }
 
-long pe_read_sysctl(const char *name, long dflt)
+/* The first number in a small file, or dflt. */
+static long read_long(const char *path, long dflt)
 {
-  char path[128], buf[64];
-  FILE *f;
+  char buf[64];
+  FILE *f = fopen(path, "re");
   long v = dflt;
-  snprintf(path, sizeof path, "/proc/sys/kernel/%s", name);
-  f = fopen(path, "re");
   if (!f) return dflt;
   if (fgets(buf, sizeof buf, f)) {
     char *end;
@@ -49,6 +51,19 @@ long pe_read_sysctl(const char *name, long dflt)
   }
   fclose(f);
   return v;
+}
+
+/* A perf sysctl of /proc/sys/kernel, read only to word a hint.  The
+ * environment variable PE_SYSCTL_DIR names another directory to read the
+ * files from: the specs simulate perf_event_paranoid=3 with it without
+ * writing the real sysctl.  It changes message text, never behaviour. */
+long pe_read_sysctl(const char *name, long dflt)
+{
+  char path[512];
+  const char *dir = getenv("PE_SYSCTL_DIR");
+  if (!dir || !*dir) dir = "/proc/sys/kernel";
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return read_long(path, dflt);
 }
 
 static const char *generic_hint(int err)
@@ -102,7 +117,7 @@ int pe_push_syserror(lua_State *L, const char *op, const char *what, int err,
 
 static const char *paranoid_meaning(long p)
 {
-  if (p >= 3) return "perf is disabled for unprivileged users";
+  if (p >= 3) return "perf_event_open is refused to every process without CAP_PERFMON";
   if (p == 2) return "only user-space measurement of your own processes";
   if (p == 1) return "user and kernel measurement of your own processes, no CPU-wide events";
   if (p == 0) return "CPU-wide events allowed, raw tracepoint samples not";
@@ -111,35 +126,114 @@ static const char *paranoid_meaning(long p)
 
 #define HAS(a, f) (((a)->flags >> PE_FLAG_##f) & 1u)
 
+/* Does this process have capability cap in its effective set? */
+static int has_cap(unsigned cap)
+{
+  struct __user_cap_header_struct h;
+  struct __user_cap_data_struct d[2];
+  memset(&h, 0, sizeof h);
+  memset(d, 0, sizeof d);
+  h.version = _LINUX_CAPABILITY_VERSION_3;
+  if (syscall(SYS_capget, &h, d) != 0) return 0;
+  return (d[cap >> 5].effective >> (cap & 31)) & 1u;
+}
+
+#ifndef CAP_PERFMON
+#define CAP_PERFMON 38
+#endif
+
+/* the kernel's perfmon_capable(): what lifts perf_event_paranoid */
+static int perfmon_capable(void)
+{
+  return has_cap(CAP_PERFMON) || has_cap(CAP_SYS_ADMIN);
+}
+
+/* type of a dynamic PMU by its sysfs name, or -1 */
+static long pmu_type(const char *name)
+{
+  char path[128];
+  snprintf(path, sizeof path, "/sys/bus/event_source/devices/%s/type", name);
+  return read_long(path, -1);
+}
+
+/* 1 when pid's real/effective/saved/fs uids are not all ours (the ptrace
+ * access check fails for them without CAP_SYS_PTRACE), 0 when they are,
+ * -1 when /proc does not say */
+static int foreign_process(int pid)
+{
+  char path[64], line[256];
+  FILE *f;
+  int r = -1;
+  snprintf(path, sizeof path, "/proc/%d/status", pid);
+  f = fopen(path, "re");
+  if (!f) return -1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long u[4];
+    if (sscanf(line, "Uid: %lu %lu %lu %lu", &u[0], &u[1], &u[2], &u[3]) == 4) {
+      unsigned long me = (unsigned long)getuid();
+      r = !(u[0] == me && u[1] == me && u[2] == me && u[3] == me);
+      break;
+    }
+  }
+  fclose(f);
+  return r;
+}
+
+static void perm_hint(char *buf, size_t len, int err, const struct pe_attr *a, int pid,
+                      long paranoid)
+{
+  const char *mean = paranoid_meaning(paranoid);
+  int user_only = HAS(a, exclude_kernel);
+  int probe = a->type > PE_TYPE_BREAKPOINT &&
+              ((long)a->type == pmu_type("uprobe") || (long)a->type == pmu_type("kprobe"));
+  if (probe && !has_cap(CAP_SYS_ADMIN)) {
+    snprintf(buf, len, "a uprobe/kprobe PMU event needs CAP_SYS_ADMIN: neither CAP_PERFMON, "
+             "perf_event_paranoid nor the ':u' modifier lifts that");
+  } else if (perfmon_capable()) {
+    /* paranoid does not apply to this process: do not blame it */
+    if (a->type == PE_TYPE_TRACEPOINT)
+      snprintf(buf, len, "this process has CAP_PERFMON/CAP_SYS_ADMIN, so perf_event_paranoid "
+               "is not the cause: the kernel refuses this tracepoint to perf (as it can "
+               "ftrace:function), or a security policy (LSM, lockdown, seccomp) does");
+    else
+      snprintf(buf, len, "this process has CAP_PERFMON/CAP_SYS_ADMIN, so perf_event_paranoid "
+               "is not the cause: the kernel or a security policy (LSM, lockdown, seccomp) "
+               "refuses this event");
+  } else if (paranoid >= 3) {
+    snprintf(buf, len, "perf_event_paranoid=%ld: %s (the default of Debian and Ubuntu "
+             "kernels); as root run 'sysctl kernel.perf_event_paranoid=2', or grant "
+             "CAP_PERFMON", paranoid, mean);
+  } else if (a->type == PE_TYPE_BREAKPOINT && err == EPERM) {
+    snprintf(buf, len, "a kernel-address breakpoint needs CAP_SYS_ADMIN");
+  } else if (pid == -1) {
+    snprintf(buf, len, "perf_event_paranoid=%ld: %s; a CPU-wide event (pid=-1) needs "
+             "CAP_PERFMON, CAP_SYS_ADMIN or perf_event_paranoid < 1", paranoid, mean);
+  } else if (pid > 0 && (user_only || foreign_process(pid) == 1)) {
+    snprintf(buf, len, "attaching to pid %d needs ptrace access to it (same user and "
+             "dumpable, or CAP_SYS_PTRACE) or CAP_PERFMON%s", pid,
+             user_only || paranoid < 2 ? "" : "; kernel-mode counting would also need "
+             "the ':u' modifier at perf_event_paranoid >= 2");
+  } else if (!user_only && paranoid >= 2) {
+    snprintf(buf, len, "perf_event_paranoid=%ld: %s; try the ':u' modifier or "
+             "exclude_kernel=true", paranoid, mean);
+  } else if (HAS(a, namespaces)) {
+    snprintf(buf, len, "namespaces=1 needs CAP_PERFMON or CAP_SYS_ADMIN");
+  } else if (a->sample_type & PE_SAMPLE_PHYS_ADDR) {
+    snprintf(buf, len, "PERF_SAMPLE_PHYS_ADDR needs CAP_PERFMON or CAP_SYS_ADMIN");
+  } else {
+    snprintf(buf, len, "perf_event_paranoid=%ld: %s; grant CAP_PERFMON or lower "
+             "/proc/sys/kernel/perf_event_paranoid", paranoid, mean);
+  }
+}
+
 const char *pe_open_hint(char *buf, size_t len, int err,
                          const struct pe_attr *a, int pid, int cpu,
                          unsigned long flags)
 {
-  long paranoid = pe_read_sysctl("perf_event_paranoid", 2);
   switch (err) {
   case EACCES:
   case EPERM:
-    if (a->type == PE_TYPE_BREAKPOINT && err == EPERM)
-      snprintf(buf, len, "a kernel-address breakpoint needs CAP_PERFMON or CAP_SYS_ADMIN");
-    else if (pid == -1)
-      snprintf(buf, len, "perf_event_paranoid=%ld: %s; a CPU-wide event (pid=-1) needs "
-               "CAP_PERFMON, CAP_SYS_ADMIN or perf_event_paranoid < 1", paranoid,
-               paranoid_meaning(paranoid));
-    else if (!HAS(a, exclude_kernel) && paranoid >= 2)
-      snprintf(buf, len, "perf_event_paranoid=%ld: %s; try the ':u' modifier or "
-               "exclude_kernel=true", paranoid, paranoid_meaning(paranoid));
-    else if (HAS(a, namespaces))
-      snprintf(buf, len, "namespaces=1 needs CAP_PERFMON or CAP_SYS_ADMIN");
-    else if (a->sample_type & PE_SAMPLE_PHYS_ADDR)
-      snprintf(buf, len, "PERF_SAMPLE_PHYS_ADDR needs CAP_PERFMON or CAP_SYS_ADMIN");
-    else if (pid > 0)
-      snprintf(buf, len, "perf_event_paranoid=%ld: %s; attaching to pid %d needs ptrace "
-               "access to it (same user, dumpable) or CAP_PERFMON", paranoid,
-               paranoid_meaning(paranoid), pid);
-    else
-      snprintf(buf, len, "perf_event_paranoid=%ld: %s; a uprobe/kprobe PMU event needs "
-               "CAP_SYS_ADMIN; otherwise grant CAP_PERFMON or lower "
-               "/proc/sys/kernel/perf_event_paranoid", paranoid, paranoid_meaning(paranoid));
+    perm_hint(buf, len, err, a, pid, pe_read_sysctl("perf_event_paranoid", 2));
     return buf;
   case ENOENT:
     if (flags & PE_FLAG_PID_CGROUP)
@@ -273,4 +367,28 @@ const char *pe_open_hint(char *buf, size_t len, int err,
   default:
     return NULL;
   }
+}
+
+/* The hint for a failed mmap of an event's ring (pages data pages + the
+ * user page) right after perf_event_open. */
+const char *pe_mmap_hint(char *buf, size_t len, int err, const struct pe_attr *a,
+                         int cpu, size_t pages)
+{
+  long mlock_kb = pe_read_sysctl("perf_event_mlock_kb", 516);
+  unsigned long long kib = (unsigned long long)(pages + 1) *
+                           (unsigned long long)sysconf(_SC_PAGESIZE) / 1024u;
+  if (err == EPERM)
+    snprintf(buf, len, "mlock limit: %zu+1 pages (%llu KiB) exceed perf_event_mlock_kb=%ld "
+             "per CPU and RLIMIT_MEMLOCK; use fewer pages or grant CAP_IPC_LOCK", pages, kib,
+             mlock_kb);
+  else if (err == ENOMEM)
+    snprintf(buf, len, "the kernel cannot allocate a ring of %zu+1 pages (%llu KiB); use "
+             "fewer pages (perf_event_mlock_kb=%ld per CPU is the budget without "
+             "CAP_IPC_LOCK)", pages, kib, mlock_kb);
+  else if (err == EINVAL && HAS(a, inherit) && cpu == -1)
+    snprintf(buf, len, "an inherited event with cpu=-1 cannot be mapped: open one event "
+             "per CPU");
+  else
+    snprintf(buf, len, "the kernel refused to map %zu+1 pages of this event", pages);
+  return buf;
 }

@@ -64,6 +64,7 @@ void pe_event_after_fork(pe_event *ev)
 {
   /* the child has the fd but not the mapping: drop the pointers, never
    * munmap (the range may hold another mapping by now) */
+  if (ev->page && ev->data_pages) ev->flags |= PE_EV_FORKED;
   ev->page = NULL;
   ev->map_len = 0;
   ev->data_pages = 0;
@@ -320,18 +321,9 @@ again:
   if (pages >= 0) {
     err = map_event(ev, (size_t)pages);
     if (err) {
-      char mh[256];
-      if (err == EPERM)
-        snprintf(mh, sizeof mh, "mlock limit: %d+1 pages exceed perf_event_mlock_kb=%ld "
-                 "and RLIMIT_MEMLOCK; use fewer pages or grant CAP_IPC_LOCK", pages,
-                 pe_read_sysctl("perf_event_mlock_kb", 516));
-      else if (err == EINVAL && ((a.flags >> PE_FLAG_inherit) & 1) && cpu == -1)
-        snprintf(mh, sizeof mh, "an inherited event with cpu=-1 cannot be mapped: open one "
-                 "event per CPU");
-      else
-        snprintf(mh, sizeof mh, "pages must be 0 or a power of two (got %d)", pages);
       pe_event_close(ev);
-      return pe_push_syserror(L, "mmap", name, err, mh);
+      return pe_push_syserror(L, "mmap", name, err,
+                              pe_mmap_hint(hint, sizeof hint, err, &a, cpu, (size_t)pages));
     }
   } else if ((ev->flags & PE_EV_SELFMON) && !a.sample_period && !nomap) {
     /* one user page for the self-monitoring read path; failure is not an

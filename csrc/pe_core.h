@@ -42,6 +42,8 @@ const char *pe_open_hint(char *buf, size_t len, int err,
                          const struct pe_attr *a, int pid, int cpu,
                          unsigned long flags);
 long pe_read_sysctl(const char *name, long dflt);
+const char *pe_mmap_hint(char *buf, size_t len, int err, const struct pe_attr *a,
+                         int cpu, size_t pages);
 
 /* ---- attr encoding (attr.c) --------------------------------------------- */
 /* Fills *a from the table at idx; raises on a caller mistake.  Strings that
@@ -83,6 +85,7 @@ int pe_current_tid(void);
 #define PE_EV_SELFMON   0x2u   /* pid==0 && cpu==-1: eligible for user-page reads */
 #define PE_EV_MEMBER    0x4u   /* a member of a group (not its leader) */
 #define PE_EV_AUTOEXCL  0x8u   /* exclude_kernel/hv were added for the caller */
+#define PE_EV_FORKED    0x10u  /* its mapping stayed in the parent at a fork */
 
 typedef struct pe_event {
   int fd;                    /* -1 once closed */

@@ -86,6 +86,12 @@ static ring_state *get_state(lua_State *L, pe_event *ev)
   int backward;
   size_t extra = 0;
   if (st) return st;
+  if (!ev->page && (ev->flags & PE_EV_FORKED)) {
+    lua_pushliteral(L, "no ring buffer in this process: the ring was mapped by the parent "
+                    "before fork() and a child never inherits it; open the event after the "
+                    "fork (in an nginx worker: init_worker_by_lua)");
+    return NULL;
+  }
   if (!ev->page || ev->data_pages == 0) {
     lua_pushliteral(L, "this event has no ring buffer (open it with sample_period or "
                     "opts.pages; an event redirected with set_output is read through "
