@@ -150,17 +150,40 @@ describe("system-call errors", function()
       if stage then os.execute("rm -rf " .. stage) end
     end)
 
-    local function unpriv(code)
-      if not U.is_root() then return nil end
-      local d = staged()
-      local cmd = ("cd /tmp && setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all "
-                   .. "%s -e 'package.path=[[%s/lua/?.lua;%s/lua/?/init.lua;]] "
-                   .. "package.cpath=[[%s/lib/?.so;%s/test/t/?.so]] %s' 2>&1")
-        :format(U.lua_cmd(), d, d, d, d, code)
+    -- runs code as uid 65534 (from root) or as this non-root user; env is
+    -- a shell prefix such as "PE_SYSCTL_DIR=/x", caps one capability name
+    -- kept as an ambient capability (e.g. "perfmon")
+    local function unpriv(code, env, caps)
+      local path, cpath, prefix
+      if U.is_root() then
+        local d = staged()
+        path = d .. "/lua/?.lua;" .. d .. "/lua/?/init.lua;"
+        cpath = d .. "/lib/?.so;" .. d .. "/test/t/?.so"
+        prefix = "cd /tmp && " .. (env or "") .. " setpriv --reuid=65534 --regid=65534 --clear-groups "
+          .. (caps and ("--inh-caps=-all,+%s --ambient-caps=+%s "):format(caps, caps) or "--inh-caps=-all ")
+      else
+        path = package.path:gsub("'", "")
+        cpath = package.cpath:gsub("'", "")
+        prefix = env or ""
+      end
+      local cmd = ("%s %s -e 'package.path=[[%s]] package.cpath=[[%s]] %s' 2>&1")
+        :format(prefix, U.lua_cmd(), path, cpath, code)
       local p = io.popen(cmd)
       local out = p:read("*a")
       p:close()
       return out
+    end
+
+    -- a world-readable directory holding a fake perf_event_paranoid
+    local function fake_sysctl(paranoid)
+      local p = io.popen("mktemp -d")
+      local d = p:read("*l")
+      p:close()
+      local f = assert(io.open(d .. "/perf_event_paranoid", "w"))
+      f:write(paranoid, "\n")
+      f:close()
+      assert(os.execute("chmod -R a+rX " .. d))
+      return d
     end
 
     it("EACCES for kernel-mode measurement, naming perf_event_paranoid", function()
@@ -211,6 +234,164 @@ describe("system-call errors", function()
       assert.equal("13", errno, out)
       assert.matches("CAP_PERFMON", msg, 1, true)
     end)
+
+    it("EACCES attaching to pid 1 names ptrace access, not ':u' (which was tried)", function()
+      local out = unpriv([[
+        local pe = require("perf_event")
+        local ev, msg, errno = pe.open("task-clock", {pid=1})
+        local ev2, msg2, errno2 = pe.open("task-clock:u", {pid=1})
+        print(errno, msg) print(errno2, msg2)]])
+      local e1, m1, e2, m2 = out:match("^(%d+)%s+(.-)\n(%d+)%s+(.-)\n")
+      assert.equal("13", e1, out)
+      assert.equal("13", e2, out)
+      for _, m in ipairs({ m1, m2 }) do
+        assert.matches("attaching to pid 1 needs ptrace access", m, 1, true)
+        assert.is_nil(m:find("try the ':u' modifier", 1, true))
+      end
+    end)
+
+    it("EACCES for a uprobe names CAP_SYS_ADMIN, also with CAP_PERFMON alone", function()
+      local lib
+      if U.is_root() then lib = staged() .. "/test/libpetarget.so"
+      else
+        local p = io.popen("pwd")
+        lib = p:read("*l") .. "/build/test/libpetarget.so"
+        p:close()
+      end
+      local code = ([[
+        local pe = require("perf_event")
+        local ev, msg, errno = pe.open({type="uprobe", uprobe_path=%q, probe_offset=0, name="up"})
+        print(errno, msg)]]):format(lib)
+      local runs = { unpriv(code) }
+      if U.is_root() then runs[2] = unpriv(code, nil, "perfmon") end
+      for _, out in ipairs(runs) do
+        local errno, msg = out:match("^(%d+)%s+(.-)\n")
+        assert.equal("13", errno, out)
+        assert.matches("uprobe/kprobe PMU event needs CAP_SYS_ADMIN", msg, 1, true)
+        assert.is_nil(msg:find("try the ':u' modifier", 1, true))
+        assert.is_nil(msg:find("perf_event_paranoid=", 1, true))
+      end
+    end)
+
+    it("EPERM for a ring over the mlock budget names perf_event_mlock_kb, not powers of two", function()
+      local out = unpriv([[
+        local pe = require("perf_event")
+        local ev, msg, errno = pe.open({type="software", config=0, sample_period=100000, name="big"},
+                                       {pages=1048576})
+        print(errno, msg)]])
+      local errno, msg = out:match("^(%d+)%s+(.-)\n")
+      local kb = tonumber(io.open("/proc/sys/kernel/perf_event_mlock_kb"):read("*l"))
+      assert.equal("1", errno, out)
+      assert.matches("mmap(big): EPERM", msg, 1, true)
+      assert.matches("1048576+1 pages", msg, 1, true)
+      assert.matches("perf_event_mlock_kb=" .. kb, msg, 1, true)
+      assert.is_nil(msg:find("power of two", 1, true))
+    end)
+
+    it("perf_event_paranoid=3 (simulated) gets its own hint, for a real EACCES too", function()
+      local d3 = fake_sysctl(3)
+      local out = unpriv([[
+        local core = require("perf_event.core")
+        print((core.explain(13, {type="software", config=1}, {name="task-clock"})))
+        local ev, msg, errno = require("perf_event").open("task-clock:u", {pid=1})
+        print(errno, msg)]], "PE_SYSCTL_DIR=" .. d3)
+      os.execute("rm -rf " .. d3)
+      local explained, errno, msg = out:match("^(.-)\n(%d+)%s+(.-)\n")
+      assert.equal("13", errno, out)
+      for _, m in ipairs({ explained, msg }) do
+        assert.matches("perf_event_paranoid=3", m, 1, true)
+        assert.matches("sysctl kernel.perf_event_paranoid=2", m, 1, true)
+        assert.matches("CAP_PERFMON", m, 1, true)
+      end
+      -- the same explain without the simulation reads the real value
+      local real = tonumber(io.open("/proc/sys/kernel/perf_event_paranoid"):read("*l"))
+      out = unpriv([[
+        print((require("perf_event.core").explain(13, {type="software", config=1})))]])
+      assert.matches("perf_event_paranoid=" .. real, out, 1, true)
+      if real ~= 3 then assert.is_nil(out:find("sysctl kernel.perf_event_paranoid=2", 1, true)) end
+    end)
+
+    it("hints per simulated perf_event_paranoid value", function()
+      local cases = {
+        { 3, { type = "software", config = 1 }, nil, "sysctl kernel.perf_event_paranoid=2" },
+        { 2, { type = "software", config = 1 }, nil, "try the ':u' modifier" },
+        { 2, { type = "software", config = 1 }, "{pid=-1, cpu=0}", "a CPU-wide event (pid=-1) needs" },
+        { 1, { type = "software", config = 1 }, "{pid=-1, cpu=0}", "perf_event_paranoid < 1" },
+        { 2, { type = "breakpoint", bp_type = 2 }, nil, "kernel-address breakpoint needs CAP_SYS_ADMIN", 1 },
+        { 2, { type = "software", config = 1, exclude_kernel = true, namespaces = true }, nil,
+          "namespaces=1 needs" },
+      }
+      for _, c in ipairs(cases) do
+        local d = fake_sysctl(c[1])
+        local attr = ("{type=%q, config=%d, bp_type=%s, exclude_kernel=%s, namespaces=%s}"):format(
+          c[2].type, c[2].config or 0, tostring(c[2].bp_type), tostring(c[2].exclude_kernel),
+          tostring(c[2].namespaces))
+        local out = unpriv(([[print((require("perf_event.core").explain(%d, %s, %s)))]])
+          :format(c[5] or 13, attr, c[3] or "nil"), "PE_SYSCTL_DIR=" .. d)
+        os.execute("rm -rf " .. d)
+        assert.matches(c[4], out, 1, true)
+        if c[1] ~= 3 and not c[5] and not c[2].namespaces then
+          assert.matches("perf_event_paranoid=" .. c[1], out, 1, true)
+        end
+      end
+    end)
+  end)
+end)
+
+describe("hints that name the true cause (as root)", function()
+  it("EPERM on ftrace:function does not blame perf_event_paranoid when privileged", function()
+    if not U.root_or_pending() then return end
+    if not U.tracefs() then pending("tracefs is not readable") return end
+    local ev, msg, errno = pe.open("ftrace:function")
+    if ev then ev:close() pending("this kernel lets root open ftrace:function") return end
+    assert.equal(1, errno, msg)
+    assert.matches("EPERM", msg, 1, true)
+    assert.matches("perf_event_paranoid is not the cause", msg, 1, true)
+    assert.is_nil(msg:find("try the ':u' modifier", 1, true))
+    assert.is_nil(msg:find("perf_event_paranoid=", 1, true))
+    -- perf, as root too, is refused the same event
+    local p = io.popen("perf stat -e ftrace:function -- true 2>&1")
+    local out = p:read("*a")
+    p:close()
+    assert.matches("No permission to enable ftrace:function", out, 1, true)
+  end)
+
+  it("ENOMEM for a ring too big to allocate names its size, not powers of two", function()
+    if not U.root_or_pending() then return end
+    local ev, msg, errno = pe.open({ type = "software", config = 0, sample_period = 100000,
+                                     name = "big" }, { pages = 1048576 })
+    if ev then ev:close() pending("this machine mapped a 4 GiB ring") return end
+    assert.equal(12, errno, msg)
+    local p = io.popen("getconf PAGESIZE")
+    local page = tonumber(p:read("*l"))
+    p:close()
+    assert.matches("mmap(big): ENOMEM", msg, 1, true)
+    assert.matches(("1048576+1 pages (%d KiB)"):format(math.floor(1048577 * page / 1024)), msg, 1, true)
+    assert.is_nil(msg:find("power of two", 1, true))
+  end)
+
+  it("a forked child's records() says the ring stayed in the parent", function()
+    local petest = require("petest")
+    local ev = assert(pe.open({ type = "software", config = 0, sample_period = 100000,
+                                sample_type = "ip", name = "cpu-clock" }, { pages = 2 }))
+    local plain = assert(pe.open({ type = "software", config = 1, name = "t" }, { pages = false }))
+    local rc = petest.fork_run([[
+      local ev, plain = ...
+      local ok, err = pcall(function() for _ in ev:records() do end end)
+      if ok then return 3 end
+      err = tostring(err)
+      if not err:find("mapped by the parent before fork()", 1, true) then return 4 end
+      if err:find("open it with sample_period", 1, true) then return 5 end
+      -- an event that never had a ring keeps the other message
+      ok, err = pcall(function() for _ in plain:records() do end end)
+      if ok or not tostring(err):find("open it with sample_period", 1, true) then return 6 end
+      return 0
+    ]], ev, plain)
+    assert.equal(0, rc)
+    -- the parent's ring is still there
+    assert.is_true(ev:info().mapped)
+    ev:close()
+    plain:close()
   end)
 end)
 
@@ -269,8 +450,6 @@ describe("the hint for every perf_event_open errno (CHECKLIST I)", function()
   local sw = { type = "software", config = 1 }
   local cases = {
     { 7, sw, nil, "E2BIG", "attr size" },
-    { 13, sw, nil, "EACCES", "perf_event_paranoid=" },
-    { 13, sw, { pid = -1, cpu = 0 }, "EACCES", "CAP_PERFMON" },
     { 9, sw, nil, "EBADF", "group_fd" },
     { 9, sw, { cgroup = true, cpu = 0 }, "EBADF", "cgroup" },
     { 16, sw, nil, "EBUSY", "exclusive access" },
@@ -286,7 +465,6 @@ describe("the hint for every perf_event_open errno (CHECKLIST I)", function()
     { 38, sw, nil, "ENOSYS", "not supported" },
     { 95, { type = "software", config = 0, precise_ip = 2 }, nil, "EOPNOTSUPP", "precise" },
     { 75, { type = "software", config = 0, sample_max_stack = 500 }, nil, "EOVERFLOW", "perf_event_max_stack" },
-    { 1, { type = "breakpoint", bp_type = 2 }, nil, "EPERM", "kernel-address breakpoint" },
     { 3, sw, { pid = 4242 }, "ESRCH", "4242" },
   }
   for _, c in ipairs(cases) do
