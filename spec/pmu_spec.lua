@@ -147,6 +147,25 @@ describe("pmu on fixture trees", function()
     assert.are.equal("config2", pmu.pmu("arm_spe_0").format.min_latency.config)
   end)
 
+  it("reads the PMU list once per process; refresh() reads it again", function()
+    local d = sh("mktemp -d")
+    sh("cp -r " .. FIX .. "amd/amd_df " .. FIX .. "amd/ibs_op " .. d .. "/")
+    pmu.set_root(d)
+    assert.are.same({ "amd_df", "ibs_op" }, pmu.names())
+    sh("cp -r " .. FIX .. "amd/cpu " .. d .. "/")
+    assert.equal(sh("cat " .. FIX .. "amd/cpu/type"), sh("cat " .. d .. "/cpu/type"))
+    assert.are.same({ "amd_df", "ibs_op" }, pmu.names())       -- cached
+    assert.equal(2, #pmu.pmus())
+    pmu.refresh()
+    assert.are.same({ "amd_df", "cpu", "ibs_op" }, pmu.names())
+    assert.equal(3, #pmu.pmus())
+    -- a returned list is the caller's: changing it leaves the cache alone
+    local l = pmu.names()
+    l[1] = "x"
+    assert.equal("amd_df", pmu.names()[1])
+    sh("rm -rf " .. d)
+  end)
+
   it("packs value bit k into the k-th lowest listed bit", function()
     local fmt = pmu.parse_format("config:0-7,32-35")
     local w = u64.zero()
