@@ -79,6 +79,41 @@ format:
     assert.are.same({ "sched:sched_switch" }, tp.list("sched:sched_switch"))
   end)
 
+  it("lists every sys/name directory in find's (readdir) order, the order perf expands globs in", function()
+    local want = {}
+    local out = sh("find -L " .. root .. "/events -mindepth 2 -maxdepth 2 -type d")
+    for line in out:gmatch("[^\n]+") do
+      local sys, ev = line:match("/events/([^/]+)/([^/]+)$")
+      want[#want + 1] = sys .. ":" .. ev
+    end
+    assert.is_true(#want > 100)
+    assert.are.same(want, tp.list(nil, true))
+    -- a glob keeps that order too
+    local getp = {}
+    for _, n in ipairs(want) do
+      if n:find("^syscalls:sys_enter_getp") then getp[#getp + 1] = n end
+    end
+    assert.are.same(getp, tp.list("syscalls:sys_enter_getp*", true))
+  end)
+
+  it("core.readdir gives a directory's names, or nil, message, errno", function()
+    local core = require("perf_event.core")
+    local names = assert(core.readdir(root .. "/events/sched"))
+    local want = {}
+    for n in sh("LC_ALL=C ls -1A " .. root .. "/events/sched"):gmatch("[^\n]+") do want[#want + 1] = n end
+    table.sort(names)
+    assert.are.same(want, names)
+    local dirs = assert(core.readdir(root .. "/events/sched", true))
+    assert.equal(#want - tonumber(sh("find " .. root .. "/events/sched -maxdepth 1 -type f | wc -l")), #dirs)
+    local none, msg, errno = core.readdir(root .. "/events/no_such_system")
+    assert.is_nil(none)
+    assert.equal(2, errno)
+    assert.matches("opendir(" .. root .. "/events/no_such_system): ENOENT", msg, 1, true)
+    local _, msg2, errno2 = core.readdir(root .. "/events/sched/enable")
+    assert.equal(20, errno2)
+    assert.matches("ENOTDIR", msg2, 1, true)
+  end)
+
   it("reports an unknown tracepoint", function()
     local t, err = tp.tracepoint("sched:nosuch")
     assert.is_nil(t)
