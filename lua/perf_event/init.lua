@@ -498,7 +498,6 @@ M.enable_all = core.enable_all
 M.disable_all = core.disable_all
 --- Perf timestamps <-> TSC from an event's user page or saved parameters (userpage.c).
 M.time_conv = core.time_conv
-if jit then pcall(require, "perf_event.fast") end  -- FFI routes for read/enable/... (fast.lua)
 
 --- Events.
 -- The userdata `pe.open` returns (metatable `"perf_event.event"`, methods in C).
@@ -588,10 +587,35 @@ if jit then pcall(require, "perf_event.fast") end  -- FFI routes for read/enable
 --- Closes the fd and unmaps; idempotent; also `__gc` and `__close`.
 -- @function event:close
 
+--- An iterator over the records now in the ring (perf_event.records): decoded
+-- tables, tracepoint samples with `fields`.
+-- @function event:records
+-- @tparam[opt] table reuse a table refilled for each fixed-layout sample
+
+--- Waits for records: `true` at once when unread ones are in the ring, else after
+-- the kernel's wakeup; `false` on timeout; `nil, "hup"` when the event is gone.
+-- @function event:poll
+-- @tparam[opt] number timeout_ms
+
+--- Records the kernel reported lost so far (LOST and LOST_SAMPLES records).
+-- @function event:lost
+
+--- The user page's control fields, the consumer state and `base`, the mapping's
+-- address (for code that parses the ring itself).
+-- @function event:ring
+
+--- Maps the AUX area after the data area.
+-- @function event:map_aux
+-- @tparam integer pages a power of two
+
+--- The AUX bytes between `aux_tail` and `aux_head` (publishes `aux_tail`).
+-- @function event:aux
+
 --- Groups.
 -- The userdata `pe.group` returns (metatable `"perf_event.group"`): its members are
--- scheduled together and read at once. It also has every event method above, applied
--- to its leader (`g:fd()`, `g:refresh(n)`, ...).
+-- scheduled together and read at once. It also has these event methods, applied to
+-- its leader: `refresh`, `period`, `set_output`, `set_filter`, `set_bpf`,
+-- `pause_output`, `modify`, `query_bpf`, `fd`, `id`, `attr`, `info`.
 -- @type group
 
 --- Enables, disables or resets every member (`PERF_IOC_FLAG_GROUP` on the leader).
@@ -617,30 +641,13 @@ if jit then pcall(require, "perf_event.fast") end  -- FFI routes for read/enable
 --- Closes every member, leader last; idempotent; also `__gc` and `__close`.
 -- @function group:close
 
--- groups forward the remaining ioctls to their leader
-do
-  local gidx = core.group_mt.__index
-  local eidx = core.event_mt.__index
-  local gmembers = gidx.members
-  for _, m in ipairs({ "refresh", "period", "set_output", "set_filter", "set_bpf",
-                       "pause_output", "modify", "query_bpf", "fd", "id", "attr", "info" }) do
-    local f = eidx[m]
-    gidx[m] = function(g, ...)
-      local leader = gmembers(g)[1]   -- gmembers raises on a wrong self
-      if not leader then error("attempt to use a closed perf_event.group", 2) end
-      return f(leader, ...)
-    end
-  end
-  gidx.name = function(g)
-    local names = {}
-    for i, ev in ipairs(g:members()) do names[i] = ev:name() end
-    return "{" .. table.concat(names, ",") .. "}"
-  end
-  gidx.event = function(g, i)
-    return g:members()[i]
-  end
-end
+--- The members' names, `"{a,b,...}"`.
+-- @function group:name
 
+-- the methods of events and groups: assembled in one place (class.lua), which
+-- also brings event:records() (records.lua) and, on LuaJIT, the FFI routes
+-- (fast.lua)
+require("perf_event.class")
 -- event:records() with tracepoint fields and the LuaJIT fast path
 M.records = require("perf_event.records")
 
