@@ -4,8 +4,10 @@
  * the JIT compiles the call into the trace.  A full userdata passed to a
  * pointer parameter arrives as its payload (pe_event / pe_group).
  *
- * Owns: the pe_fast_* symbols (exported, like luaopen_*), and registering
- * core.time_conv, core._userpage_sim and core._fast_token.  Every entry
+ * Owns: the pe_fast_* symbols (exported, like luaopen_*), core._private
+ * (the Lua layer's hooks: pe_push_private), and registering core.time_conv,
+ * core._userpage_sim, _private.fast_token and _private.fast_cdef (the fast
+ * view of pe_core.h as C text for ffi.cdef).  Every entry
  * returns -1 for anything but plain success (closed, syscall failure,
  * odd layout): the Lua side then calls the C API method, which produces
  * the very same error or raise.

@@ -2,7 +2,8 @@
  * ring.c - the mmap ring buffer and the record stream (CHECKLIST D, F).
  *
  * Owns: the sampling methods of "perf_event.event" (records, poll, lost,
- * ring, map_aux, aux, and the LuaJIT fast-path hooks), the drain protocol
+ * ring, map_aux, aux; records.lua's hooks are functions in core._private,
+ * not methods), the drain protocol
  * (acquire load of data_head, records that straddle the end copied into a
  * contiguous buffer, release store of data_tail when a pass ends), the
  * write_backward flight-recorder snapshot, the AUX area, and simulated

@@ -18,7 +18,7 @@
 local core = require("perf_event.core")
 local records = require("perf_event.records")
 
-local pairs, ipairs, error, concat = pairs, ipairs, error, table.concat
+local pairs, ipairs, error, pcall, concat = pairs, ipairs, error, pcall, table.concat
 local getmetatable, type = getmetatable, type
 
 local P = core._private
