@@ -928,7 +928,7 @@ int pe_open_events(lua_State *L)
   lua_newtable(L);
   pe_setfuncs(L, event_methods);
   pe_ring_methods(L);
-  pe_push_private(L, mod); lua_pushvalue(L, -2); lua_setfield(L, -2, "event_methods"); lua_pop(L, 1);
+  pe_set_private(L, mod, "event_methods");      /* the table on top, kept */
   lua_setfield(L, -2, "__index");
   lua_pushcfunction(L, l_close); lua_setfield(L, -2, "__gc");
   lua_pushcfunction(L, l_close); lua_setfield(L, -2, "__close");
@@ -939,7 +939,7 @@ int pe_open_events(lua_State *L)
   luaL_newmetatable(L, PE_GROUP_MT);
   lua_newtable(L);
   pe_setfuncs(L, group_methods);
-  pe_push_private(L, mod); lua_pushvalue(L, -2); lua_setfield(L, -2, "group_methods"); lua_pop(L, 1);
+  pe_set_private(L, mod, "group_methods");      /* the table on top, kept */
   lua_setfield(L, -2, "__index");
   lua_pushcfunction(L, g_close); lua_setfield(L, -2, "__gc");
   lua_pushcfunction(L, g_close); lua_setfield(L, -2, "__close");

@@ -226,6 +226,15 @@ void pe_push_private(lua_State *L, int mod)
   lua_setfield(L, mod, "_private");
 }
 
+/* core._private[name] = the value on top of the stack (left there) */
+void pe_set_private(lua_State *L, int mod, const char *name)
+{
+  pe_push_private(L, mod);
+  lua_pushvalue(L, -2);
+  lua_setfield(L, -2, name);
+  lua_pop(L, 1);
+}
+
 /* adds the user-page functions to the module table on top of the stack,
  * and to core._private what fast.lua binds with: the token of this copy
  * and the fast view's declaration */

@@ -176,6 +176,8 @@ void pe_fast_plain(pe_event *ev);
 /* pushes core._private (the Lua layer's hooks; created on first use) with
  * the module table at index mod */
 void pe_push_private(lua_State *L, int mod);
+/* core._private[name] = the value on top of the stack (left there) */
+void pe_set_private(lua_State *L, int mod, const char *name);
 /* adds time_conv, _userpage_sim, _fast_token to the module table on top */
 void pe_fast_open(lua_State *L);
 
