@@ -913,11 +913,14 @@ int pe_open_events(lua_State *L)
     pthread_atfork(NULL, NULL, atfork_child);
     atfork_done = 1;
   }
-  /* stack: module table */
+  /* stack: module table.  The C methods also go to core._private, from
+   * which lua/perf_event/class.lua assembles each class's __index */
+  int mod = lua_gettop(L);
   luaL_newmetatable(L, PE_EVENT_MT);
   lua_newtable(L);
   pe_setfuncs(L, event_methods);
   pe_ring_methods(L);
+  pe_set_private(L, mod, "event_methods");      /* the table on top, kept */
   lua_setfield(L, -2, "__index");
   lua_pushcfunction(L, l_close); lua_setfield(L, -2, "__gc");
   lua_pushcfunction(L, l_close); lua_setfield(L, -2, "__close");
@@ -928,6 +931,7 @@ int pe_open_events(lua_State *L)
   luaL_newmetatable(L, PE_GROUP_MT);
   lua_newtable(L);
   pe_setfuncs(L, group_methods);
+  pe_set_private(L, mod, "group_methods");      /* the table on top, kept */
   lua_setfield(L, -2, "__index");
   lua_pushcfunction(L, g_close); lua_setfield(L, -2, "__gc");
   lua_pushcfunction(L, g_close); lua_setfield(L, -2, "__close");

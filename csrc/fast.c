@@ -4,8 +4,10 @@
  * the JIT compiles the call into the trace.  A full userdata passed to a
  * pointer parameter arrives as its payload (pe_event / pe_group).
  *
- * Owns: the pe_fast_* symbols (exported, like luaopen_*), and registering
- * core.time_conv, core._userpage_sim and core._fast_token.  Every entry
+ * Owns: the pe_fast_* symbols (exported, like luaopen_*), core._private
+ * (the Lua layer's hooks: pe_push_private), and registering core.time_conv,
+ * core._userpage_sim, _private.fast_token and _private.fast_cdef (the fast
+ * view of pe_core.h as C text for ffi.cdef).  Every entry
  * returns -1 for anything but plain success (closed, syscall failure,
  * odd layout): the Lua side then calls the C API method, which produces
  * the very same error or raise.
@@ -23,9 +25,16 @@
 #define FAST_GBIG 0x10000                /* pe_fast_group_read: the same */
 
 static const char fast_token;           /* identifies this copy of the core */
-_Static_assert(offsetof(pe_event, fd) == 0, "fast.lua reads the fd as the first int");
-_Static_assert(offsetof(pe_group, n) % sizeof(int) == 0, "int slot");
-_Static_assert(offsetof(pe_group, ev) % sizeof(void *) == 0, "pointer slot");
+
+/* the fast view as the FFI declares it from PE_FAST_CDEF (pe_core.h): the
+ * same macros as pe_event/pe_group, so the same layout; checked anyway */
+struct pe_fast_event { PE_FAST_EVENT_HEAD };
+struct pe_fast_group { PE_FAST_GROUP_BODY(struct pe_fast_event) };
+_Static_assert(offsetof(pe_event, fd) == offsetof(struct pe_fast_event, fd), "fast view");
+_Static_assert(offsetof(pe_event, plain_fd1) == offsetof(struct pe_fast_event, plain_fd1),
+               "fast view");
+_Static_assert(offsetof(pe_group, n) == offsetof(struct pe_fast_group, n), "fast view");
+_Static_assert(offsetof(pe_group, ev) == offsetof(struct pe_fast_group, ev), "fast view");
 
 PE_EXPORT const void *pe_fast_token(void);
 PE_EXPORT int pe_fast_read(pe_event *ev, uint64_t *out);
@@ -207,21 +216,39 @@ int pe_fast_group_read(pe_group *g, uint64_t *out, int cap)
   return g->n | (big >= EXACT_MAX ? FAST_GBIG : 0);
 }
 
-/* adds the user-page functions to the module table on top of the stack */
+void pe_push_private(lua_State *L, int mod)
+{
+  lua_getfield(L, mod, "_private");
+  if (lua_istable(L, -1)) return;
+  lua_pop(L, 1);
+  lua_newtable(L);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, mod, "_private");
+}
+
+/* core._private[name] = the value on top of the stack (left there) */
+void pe_set_private(lua_State *L, int mod, const char *name)
+{
+  pe_push_private(L, mod);
+  lua_pushvalue(L, -2);
+  lua_setfield(L, -2, name);
+  lua_pop(L, 1);
+}
+
+/* adds the user-page functions to the module table on top of the stack,
+ * and to core._private what fast.lua binds with: the token of this copy
+ * and the fast view's declaration */
 void pe_fast_open(lua_State *L)
 {
+  int mod = lua_gettop(L);
   lua_pushcfunction(L, pe_l_time_conv);
-  lua_setfield(L, -2, "time_conv");
+  lua_setfield(L, mod, "time_conv");
   lua_pushcfunction(L, pe_l_userpage_sim);
-  lua_setfield(L, -2, "_userpage_sim");
+  lua_setfield(L, mod, "_userpage_sim");
+  pe_push_private(L, mod);
   lua_pushlightuserdata(L, (void *)&fast_token);
-  lua_setfield(L, -2, "_fast_token");
-  lua_pushinteger(L, (lua_Integer)(offsetof(pe_event, plain_fd1) / sizeof(int)));
-  lua_setfield(L, -2, "_plain_fd_slot");
-  /* fast.lua's generated group readers: g->n as an int slot, g->ev[0] as a
-   * pointer slot; the event's fd is its first int */
-  lua_pushinteger(L, (lua_Integer)(offsetof(pe_group, n) / sizeof(int)));
-  lua_setfield(L, -2, "_group_n_slot");
-  lua_pushinteger(L, (lua_Integer)(offsetof(pe_group, ev) / sizeof(void *)));
-  lua_setfield(L, -2, "_group_ev_slot");
+  lua_setfield(L, -2, "fast_token");
+  lua_pushliteral(L, PE_FAST_CDEF);
+  lua_setfield(L, -2, "fast_cdef");
+  lua_pop(L, 1);
 }

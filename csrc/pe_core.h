@@ -87,11 +87,29 @@ int pe_current_tid(void);
 #define PE_EV_AUTOEXCL  0x8u   /* exclude_kernel/hv were added for the caller */
 #define PE_EV_FORKED    0x10u  /* its mapping stayed in the parent at a fork */
 
+/*
+ * The fast view: the head of pe_event and the whole of pe_group, the only
+ * fields LuaJIT's FFI reads (lua/perf_event/fast.lua).  Declared once, here,
+ * as macros: C builds pe_event/pe_group from them, and the same text is
+ * exported as core._private.fast_cdef (PE_FAST_CDEF), which fast.lua hands
+ * to ffi.cdef.  The Lua side names fields; it never knows an offset.
+ *   fd         -1 once closed
+ *   plain_fd1  fd + 1 when ev:read() is exactly one read(2) of value,
+ *              enabled, running (pe_fast_plain); 0 otherwise
+ *   n          group members, leader first; -1 once closed
+ *   ev         the members (pe_event *; struct pe_fast_event * to the FFI)
+ */
+#define PE_FAST_EVENT_HEAD int fd; int plain_fd1;
+#define PE_FAST_GROUP_BODY(EV) int n; uint64_t read_format; EV *ev[GROUP_MAX];
+#define GROUP_MAX 256
+#define PE_STR_(x) #x
+#define PE_STR(x) PE_STR_(x)
+#define PE_FAST_CDEF \
+  "struct pe_fast_event { " PE_STR(PE_FAST_EVENT_HEAD) " };\n" \
+  "struct pe_fast_group { " PE_STR(PE_FAST_GROUP_BODY(struct pe_fast_event)) " };\n"
+
 typedef struct pe_event {
-  int fd;                    /* -1 once closed */
-  int plain_fd1;             /* fd + 1 when ev:read() is exactly one read(2)
-                              * of value, enabled, running (pe_fast_plain);
-                              * 0 otherwise.  Read by lua/perf_event/fast.lua */
+  PE_FAST_EVENT_HEAD         /* fd, plain_fd1: see the fast view above */
   unsigned flags;            /* PE_EV_* */
   uint64_t read_format;
   uint64_t sample_type;
@@ -124,12 +142,9 @@ typedef struct pe_event {
 extern unsigned pe_fork_gen;
 void pe_event_after_fork(pe_event *ev);
 
-#define GROUP_MAX 256
-
 typedef struct pe_group {
-  int n;                 /* members, leader first; -1 once closed */
-  uint64_t read_format;  /* the leader's */
-  pe_event *ev[GROUP_MAX];
+  /* n (-1 once closed), read_format (the leader's), ev[]: the fast view */
+  PE_FAST_GROUP_BODY(pe_event)
 } pe_group;
 
 /* enable/disable/reset a whole group (event.c) -> 0, or -1 with errno */
@@ -162,6 +177,11 @@ int pe_userpage_usable(const pe_event *ev);
 const char *pe_userpage_reason(int rc);
 /* recomputes ev->plain_fd1 after the fd, the mapping or the format changed */
 void pe_fast_plain(pe_event *ev);
+/* pushes core._private (the Lua layer's hooks; created on first use) with
+ * the module table at index mod */
+void pe_push_private(lua_State *L, int mod);
+/* core._private[name] = the value on top of the stack (left there) */
+void pe_set_private(lua_State *L, int mod, const char *name);
 /* adds time_conv, _userpage_sim, _fast_token to the module table on top */
 void pe_fast_open(lua_State *L);
 

@@ -2,7 +2,8 @@
  * ring.c - the mmap ring buffer and the record stream (CHECKLIST D, F).
  *
  * Owns: the sampling methods of "perf_event.event" (records, poll, lost,
- * ring, map_aux, aux, and the LuaJIT fast-path hooks), the drain protocol
+ * ring, map_aux, aux; records.lua's hooks are functions in core._private,
+ * not methods), the drain protocol
  * (acquire load of data_head, records that straddle the end copied into a
  * contiguous buffer, release store of data_tail when a pass ends), the
  * write_backward flight-recorder snapshot, the AUX area, and simulated
@@ -545,7 +546,7 @@ static int l_records(lua_State *L)
   return 2;
 }
 
-/* ev:_ring_ptr() -> lightuserdata of the event (LuaJIT fast path; the
+/* _private.ring_ptr(ev) -> lightuserdata of the event (LuaJIT fast path; the
  * caller keeps the event referenced while it uses the pointer) */
 static int l_ring_ptr(lua_State *L)
 {
@@ -555,7 +556,7 @@ static int l_ring_ptr(lua_State *L)
   return 1;
 }
 
-/* ev:_decode_current() -> the record pe_ring_next last returned, decoded */
+/* _private.decode_current(ev) -> the record pe_ring_next last returned, decoded */
 static int l_decode_current(lua_State *L)
 {
   pe_event *ev = pe_check_event(L, 1);
@@ -564,7 +565,7 @@ static int l_decode_current(lua_State *L)
   return push_record(L, ev, st, st->cur, st->cur_len);
 }
 
-/* ev:_ring_error() -> why pe_ring_next returned -1 */
+/* _private.ring_error(ev) -> why pe_ring_next returned -1 */
 static int l_ring_error(lua_State *L)
 {
   pe_event *ev = pe_to_event(L, 1);
@@ -742,7 +743,7 @@ static int l_aux(lua_State *L)
   return 1;
 }
 
-/* ev:_ring_version() -> a number that changes whenever the set of events
+/* _private.ring_version(ev) -> a number that changes whenever the set of events
  * redirected into ev's ring changes; 0 when none ever was (records.lua
  * caches its per-event plan on it) */
 static int l_ring_version(lua_State *L)
@@ -752,7 +753,7 @@ static int l_ring_version(lua_State *L)
   return 1;
 }
 
-/* ev:_ring_layouts() -> by_id, {[id] = {name=, type=, config=,
+/* _private.ring_layouts(ev) -> by_id, {[id] = {name=, type=, config=,
  * sample_type=}} of the events redirected into ev's ring (not ev itself);
  * by_id is true when records are attributed by id (layouts differ, or did:
  * the FFI fast path, which knows one layout, must not run) */
@@ -778,10 +779,14 @@ static int l_ring_layouts(lua_State *L)
 
 static const luaL_Reg ring_methods[] = {
   {"records", l_records}, {"poll", l_poll}, {"lost", l_lost}, {"ring", l_ring},
-  {"map_aux", l_map_aux}, {"aux", l_aux}, {"_ring_ptr", l_ring_ptr},
-  {"_decode_current", l_decode_current}, {"_ring_error", l_ring_error},
-  {"_ring_version", l_ring_version}, {"_ring_layouts", l_ring_layouts},
-  {NULL, NULL}
+  {"map_aux", l_map_aux}, {"aux", l_aux}, {NULL, NULL}
+};
+
+/* records.lua's hooks: functions of an event in core._private, not methods */
+static const luaL_Reg ring_private[] = {
+  {"ring_ptr", l_ring_ptr}, {"decode_current", l_decode_current},
+  {"ring_error", l_ring_error}, {"ring_version", l_ring_version},
+  {"ring_layouts", l_ring_layouts}, {NULL, NULL}
 };
 
 void pe_ring_methods(lua_State *L)
@@ -956,6 +961,9 @@ void pe_ring_funcs(lua_State *L)
   };
   union { int (*f)(pe_event *, const unsigned char **); void *p; } u;
   pe_setfuncs(L, funcs);
+  pe_push_private(L, lua_gettop(L));
+  pe_setfuncs(L, ring_private);
+  lua_pop(L, 1);
   /* the C entry the LuaJIT FFI fast path calls (records.lua) */
   u.f = pe_ring_next;
   lua_pushlightuserdata(L, u.p);

@@ -40,6 +40,7 @@ build = {
     ["perf_event.u64"] = "lua/perf_event/u64.lua",
     ["perf_event.records"] = "lua/perf_event/records.lua",
     ["perf_event.fast"] = "lua/perf_event/fast.lua",
+    ["perf_event.class"] = "lua/perf_event/class.lua",
     ["perf_event.stat"] = "lua/perf_event/stat.lua",
     ["perf_event.symbols"] = "lua/perf_event/symbols.lua",
     ["perf_event.cli"] = "lua/perf_event/cli.lua",

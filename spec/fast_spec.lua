@@ -8,7 +8,7 @@ local fast = require("perf_event.fast")
 local core = pe.core
 
 local routes = { { name = "c", m = fast.c } }
-if fast.installed then routes[2] = { name = "ffi", m = fast.ffi } end
+if fast.available then routes[2] = { name = "ffi", m = fast.ffi } end
 
 local function sw(config, name, extra)
   local spec = { type = 1, config = config, name = name, exclude_kernel = true }
@@ -26,14 +26,19 @@ local function err_of(f, ...)
 end
 
 describe("perf_event.fast", function()
-  it("is installed on LuaJIT and not elsewhere", function()
+  it("is the route of the methods on LuaJIT (class.lua installs it) and not elsewhere", function()
     if jit then
-      assert.is_true(fast.installed, fast.reason)
-      assert.are.equal(fast.ffi.event.read, core.event_mt.__index.read)
-      assert.are.equal(fast.ffi.group.read, core.group_mt.__index.read)
+      assert.is_true(fast.available, fast.reason)
+      for _, m in ipairs({ "read", "enable", "disable", "reset" }) do
+        assert.are.equal(fast.ffi.event[m], core.event_mt.__index[m])
+        assert.are.equal(fast.ffi.group[m], core.group_mt.__index[m])
+      end
     else
-      assert.is_false(fast.installed)
-      assert.are.equal(fast.c.event.read, core.event_mt.__index.read)
+      assert.is_false(fast.available)
+      for _, m in ipairs({ "read", "enable", "disable", "reset" }) do
+        assert.are.equal(fast.c.event[m], core.event_mt.__index[m])
+        assert.are.equal(fast.c.group[m], core.group_mt.__index[m])
+      end
     end
   end)
 
@@ -148,7 +153,7 @@ describe("perf_event.fast", function()
 
   describe("FFI route specifics", function()
     local function it_ffi(name, f)
-      if fast.installed then return it(name, f) end
+      if fast.available then return it(name, f) end
       pending(name .. ": the FFI routes exist only on LuaJIT")
     end
 
@@ -172,7 +177,8 @@ describe("perf_event.fast", function()
 
     it_ffi("reads a plain event by one read(2) in the trace, others through pe_fast_read", function()
       local ffi = require("ffi")
-      local function slot(ev) return ffi.cast("int32_t *", ev)[fast._plain_slot] end
+      -- the fast view the core declares (core._private.fast_cdef)
+      local function slot(ev) return ffi.cast("const struct pe_fast_event *", ev).plain_fd1 end
       local ev = assert(pe.open(sw(2, "page-faults")))
       assert.are.equal(ev:fd() + 1, slot(ev))     -- value, enabled, running; no rdpmc here
       assert.is_true(ev:disable())
@@ -187,6 +193,37 @@ describe("perf_event.fast", function()
       local nomap = assert(pe.open(sw(2, "page-faults"), { pages = false }))
       assert.are.equal(nomap:fd() + 1, slot(nomap))
       nomap:close()
+    end)
+
+    it_ffi("reads the core's declared fast view, no offsets of its own", function()
+      local ffi = require("ffi")
+      local P = core._private
+      -- the view is C text the core exports, declared once in csrc/pe_core.h
+      assert.matches("struct pe_fast_event {", P.fast_cdef, 1, true)
+      assert.matches("struct pe_fast_group {", P.fast_cdef, 1, true)
+      assert.is_nil(core._plain_fd_slot)
+      assert.is_nil(core._group_n_slot)
+      assert.is_nil(core._group_ev_slot)
+      local f = assert(io.open("lua/perf_event/fast.lua"))
+      local src = f:read("*a")
+      f:close()
+      assert.is_nil(src:find("_slot", 1, true))
+      assert.is_nil(src:find("int32_t *", 1, true))
+      -- its fields are what the kernel gave: the fds, the member count
+      local g = assert(pe.group({ sw(1, "task-clock"), sw(2, "page-faults") }))
+      local gv = ffi.cast("const struct pe_fast_group *", g)
+      assert.are.equal(2, gv.n)
+      assert.are.equal(g:fd(), gv.ev[0].fd)
+      assert.are.equal(g:event(2):fd(), gv.ev[1].fd)
+      assert.are.equal(0, gv.ev[1].plain_fd1)      -- GROUP|ID read_format: not plain
+      g:close()
+      assert.are.equal(-1, gv.n)
+      local ev = assert(pe.open(sw(2, "page-faults")))
+      local v = ffi.cast("const struct pe_fast_event *", ev)
+      assert.are.equal(ev:fd(), v.fd)
+      ev:close()
+      assert.are.equal(-1, v.fd)
+      assert.are.equal(0, v.plain_fd1)
     end)
 
     it_ffi("scales a plain read as core.scale does (synthetic multiplexing)", function()

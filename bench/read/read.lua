@@ -14,9 +14,9 @@ local fast = require("perf_event.fast")
 
 local mode = arg[1] or "read"
 local n = tonumber(arg[2] or "1000000")
-local route = arg[3] or (fast.installed and "ffi" or "c")
-if route == "ffi" and not fast.installed then
-  io.stderr:write("the FFI route is not installed: ", tostring(fast.reason), "\n")
+local route = arg[3] or (fast.available and "ffi" or "c")
+if route == "ffi" and not fast.available then
+  io.stderr:write("the FFI route is not available: ", tostring(fast.reason), "\n")
   os.exit(2)
 end
 local methods = fast[route]

@@ -8,17 +8,23 @@
 -- wrapper calls the C method, which raises or returns `nil, msg, errno`
 -- exactly as it does without this module.
 --
--- `require("perf_event")` loads this module on LuaJIT.  Elsewhere, or when
--- the core cannot be found through `ffi.load`, nothing is installed and
--- `installed` is false with a `reason`.
+-- This module only returns the routes: perf_event.class installs them into
+-- the classes on LuaJIT.  Elsewhere, or when the core cannot be found
+-- through `ffi.load`, `available` is false with a `reason`.
+--
+-- The Lua side knows no offset into the core's structs: it reads the
+-- fields of the fast view (`struct pe_fast_event`, `struct pe_fast_group`)
+-- that the core declares once (csrc/pe_core.h) and exports as the C text
+-- `ffi.cdef` is given.
 -- @module perf_event.fast
 
 local core = require("perf_event.core")
 
-local M = { installed = false }
+local M = { available = false }
 
+local P = core._private
 local event_mt, group_mt = core.event_mt, core.group_mt
-local eidx, gidx = event_mt.__index, group_mt.__index
+local eidx, gidx = P.event_methods, P.group_methods
 
 --- The C API methods, whatever happens below (the specs run both routes).
 M.c = {
@@ -33,7 +39,7 @@ end
 
 local ffi = require("ffi")
 local getmetatable, tonumber, type, rawset = getmetatable, tonumber, type, rawset
-local setmetatable, pcall, pairs, tostring = setmetatable, pcall, pairs, tostring
+local setmetatable, pcall, tostring = setmetatable, pcall, tostring
 local searchpath = package.searchpath
 
 -- an idempotent cdef: another copy of this module may have declared these
@@ -45,6 +51,8 @@ int pe_fast_group_read(void *g, uint64_t *out, int cap);
 int pe_fast_group_ioctl(void *g, int op);
 uint64_t pe_fast_scale(uint64_t value, uint64_t enabled, uint64_t running);
 ]])
+-- the fast view, as the core declares it (idempotent like the above)
+pcall(ffi.cdef, P.fast_cdef)
 -- libc's read(2) under a name of our own (another cdef may declare `read`)
 pcall(ffi.cdef, [[
 intptr_t pe_libc_read(int fd, void *buf, size_t len) __asm__("read");
@@ -59,7 +67,7 @@ do
   if ok then
     local same
     ok, same = pcall(function()
-      return ffi.cast("const void *", core._fast_token) == l.pe_fast_token()
+      return ffi.cast("const void *", P.fast_token) == l.pe_fast_token()
     end)
     if ok and same then lib = l end
   end
@@ -116,16 +124,16 @@ local function read_rest(rc)
   return v
 end
 
--- The plain case (see pe_fast_plain in csrc/fast.c): the event's payload
--- holds fd + 1 in int slot PLAIN when ev:read() is exactly one read(2) of
+-- The plain case (see pe_fast_plain in csrc/fast.c): the event's fast view
+-- holds fd + 1 in plain_fd1 when ev:read() is exactly one read(2) of
 -- {value, time_enabled, time_running}; the trace then makes that call and
 -- returns the three numbers when the event ran all the time it was enabled
 -- and they are exact doubles.  Everything else goes through pe_fast_read.
 local C = ffi.C
 local bit = require("bit")
 local bor, rshift = bit.bor, bit.rshift
-local int_p = ffi.typeof("int32_t *")
-local PLAIN = core._plain_fd_slot
+local ev_view = ffi.typeof("const struct pe_fast_event *")
+local group_view = ffi.typeof("const struct pe_fast_group *")
 local pbuf = ffi.new("int64_t[3]")
 local libc_read, fast_scale = C.pe_libc_read, lib.pe_fast_scale
 
@@ -136,11 +144,10 @@ local function plain_rest(v, e, r)
 end
 
 M._plain_rest = plain_rest      -- for the specs (synthetic multiplexing)
-M._plain_slot = PLAIN
 
 local function ffi_read(ev)
   if getmetatable(ev) ~= event_mt then bad_self("read", "perf_event.event", ev) end
-  local fd1 = ffi.cast(int_p, ev)[PLAIN]
+  local fd1 = ffi.cast(ev_view, ev).plain_fd1
   if fd1 > 0 and libc_read(fd1 - 1, pbuf, 24) == 24 then
     local v, e, r = pbuf[0], pbuf[1], pbuf[2]
     if r == e and r ~= 0 and rshift(bor(v, e), 53) == 0 then
@@ -187,8 +194,6 @@ local gbuf = ffi.new("uint64_t[?]", GROUP_MAX + 2)
 -- gone, another layout or order, a failed read) returns nil and the read
 -- is made again by pe_fast_group_read / the C method; multiplexed or large
 -- values are finished from the same bytes by group_rest.
-local GN, GEV = core._group_n_slot, core._group_ev_slot
-local void_pp = ffi.typeof("int32_t **")
 local GEN_MAX = 16                 -- larger groups: the general path
 local GROUP_RF = 1 + 2 + 4 + 8     -- TOTAL_TIME_ENABLED|RUNNING|ID|GROUP
 local gb = ffi.new("int64_t[?]", 3 + 2 * GEN_MAX)
@@ -210,7 +215,6 @@ local function group_rest(g, t, n)
 end
 
 local function make_reader(g)
-  if not (PLAIN and GN and GEV) then return false end
   local members = g:members()
   local n = #members
   if n < 1 or n > GEN_MAX or members[1]:attr().read_format ~= GROUP_RF then return false end
@@ -221,10 +225,11 @@ local function make_reader(g)
     ids[i] = format("%.0fLL", id)
   end
   local len = 8 * (3 + 2 * n)
-  local src = { "local cast, int_p, void_pp, read, gb, bor, rshift, tonumber, type, rawset, rest = ...",
+  local src = { "local cast, group_view, read, gb, bor, rshift, tonumber, type, rawset, rest = ...",
                 "return function(g, t)",
-                format("  if cast(int_p, g)[%d] ~= %d then return nil end", GN, n),
-                format("  local fd = cast(void_pp, g)[%d][0]", GEV),
+                "  local gv = cast(group_view, g)",
+                format("  if gv.n ~= %d then return nil end", n),
+                "  local fd = gv.ev[0].fd",
                 format("  if fd < 0 or read(fd, gb, %d) ~= %d or gb[0] ~= %d then return nil end",
                        len, len, n) }
   local checks, vals, ors = {}, {}, { "e" }
@@ -247,7 +252,7 @@ local function make_reader(g)
   src[#src + 1] = "  return t"
   src[#src + 1] = "end"
   local chunk = assert(load(table.concat(src, "\n"), "=perf_event.fast group reader"))
-  return chunk(ffi.cast, int_p, void_pp, libc_read, gb, bor, rshift, tonumber, type, rawset,
+  return chunk(ffi.cast, group_view, libc_read, gb, bor, rshift, tonumber, type, rawset,
                group_rest)
 end
 
@@ -303,14 +308,11 @@ local group_enable = group_ioctl("enable", 0, cg_enable)
 local group_disable = group_ioctl("disable", 1, cg_disable)
 local group_reset = group_ioctl("reset", 2, cg_reset)
 
---- The FFI routes (installed into the metatables' `__index` tables).
+--- The FFI routes (perf_event.class installs them as the classes' methods).
 M.ffi = {
   event = { read = ffi_read, enable = ffi_enable, disable = ffi_disable, reset = ffi_reset },
   group = { read = group_read, enable = group_enable, disable = group_disable,
             reset = group_reset },
 }
-
-for k, f in pairs(M.ffi.event) do eidx[k] = f end
-for k, f in pairs(M.ffi.group) do gidx[k] = f end
-M.installed = true
+M.available = true
 return M

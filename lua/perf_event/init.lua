@@ -7,7 +7,7 @@
 local core = require("perf_event.core")
 
 local type, pairs, ipairs, error, tostring = type, pairs, ipairs, error, tostring
-local getmetatable, setmetatable = getmetatable, setmetatable
+local setmetatable = setmetatable
 local require = require
 
 local M = {
@@ -312,100 +312,8 @@ end
 local WEAK_ERRNO = { [22] = "EINVAL", [9] = "EBADF", [28] = "ENOSPC", [95] = "EOPNOTSUPP",
                      [7] = "E2BIG" }
 
-local weak = {}
-local WEAK_MT = { __index = weak, __name = "perf_event.group" }
-
-local function weak_self(g, what)
-  if getmetatable(g) ~= WEAK_MT then
-    error(("bad self to perf_event.group:%s (a weak group expected, got %s)")
-      :format(what, type(g)), 3)
-  end
-  if g._closed then error("attempt to use a closed perf_event.group", 3) end
-  return g
-end
-
-function weak.read(g, t)
-  local evs = weak_self(g, "read")
-  t = t or {}
-  local en_t, run_t = t.times_enabled, t.times_running
-  if type(en_t) ~= "table" then en_t = {} t.times_enabled = en_t end
-  if type(run_t) ~= "table" then run_t = {} t.times_running = run_t end
-  for i, ev in ipairs(evs) do
-    local v, en, run = ev:read()
-    if v == nil then return nil, en, run end
-    t[i] = v
-    t[ev:name()] = v
-    en_t[i], run_t[i] = en, run
-  end
-  t.time_enabled, t.time_running = en_t[1], run_t[1]
-  return t
-end
-
--- members first, the leader last (as the group's enable)
-local function each(g, what, method)
-  local evs = weak_self(g, what)
-  local n = #evs
-  for k = 1, n do
-    local ev = evs[k % n + 1]            -- 2, 3, ..., n, then 1
-    local ok, err, errno = ev[method](ev)
-    if not ok then return nil, err, errno end
-  end
-  return true
-end
-
-function weak.enable(g) return each(g, "enable", "enable") end
-function weak.disable(g) return each(g, "disable", "disable") end
-function weak.reset(g) return each(g, "reset", "reset") end
-
-function weak.close(g)
-  if getmetatable(g) ~= WEAK_MT then weak_self(g, "close") end
-  if g._closed then return end
-  g._closed = true
-  for i = #g, 1, -1 do
-    g[i]:close()
-    g[i] = nil
-  end
-end
-
-function weak.members(g)
-  if getmetatable(g) ~= WEAK_MT then weak_self(g, "members") end
-  local out = {}
-  for i, ev in ipairs(g) do out[i] = ev end
-  return out
-end
-
-function weak.event(g, i)
-  return weak.members(g)[i]
-end
-
-function weak.name(g)
-  local names = {}
-  for i, ev in ipairs(weak_self(g, "name")) do names[i] = ev:name() end
-  return "{" .. table.concat(names, ",") .. "}"
-end
-
-function weak.info(g)
-  local info = weak_self(g, "info")[1]:info()
-  info.weak_fallback = g.fallback_reason
-  info.weak_errno = g.fallback_errno
-  return info
-end
-
-for _, m in ipairs({ "refresh", "period", "set_output", "set_filter", "set_bpf",
-                     "pause_output", "modify", "query_bpf", "fd", "id", "attr" }) do
-  weak[m] = function(g, ...)
-    local leader = weak_self(g, m)[1]
-    return leader[m](leader, ...)
-  end
-end
-
-WEAK_MT.__gc = weak.close              -- 5.2+; the members have their own __gc
-WEAK_MT.__close = function(g) weak.close(g) end
-WEAK_MT.__tostring = function(g)
-  if g._closed then return "perf_event.group(weak, fell back, closed)" end
-  return ("perf_event.group(%s, weak: fell back to %d separate events, leader fd %d: %s)")
-    :format(weak.name(g), #g, g[1]:fd(), g.fallback_reason)
-end
+-- its metatable and methods are assembled with the other classes' (class.lua)
+local WEAK_MT = require("perf_event.class").weak_mt
 
 --- Opens events as one group: scheduled together, read at once.
 -- The leader reads with PERF_FORMAT_GROUP|ID|TOTAL_TIME_*; the group
@@ -498,7 +406,6 @@ M.enable_all = core.enable_all
 M.disable_all = core.disable_all
 --- Perf timestamps <-> TSC from an event's user page or saved parameters (userpage.c).
 M.time_conv = core.time_conv
-if jit then pcall(require, "perf_event.fast") end  -- FFI routes for read/enable/... (fast.lua)
 
 --- Events.
 -- The userdata `pe.open` returns (metatable `"perf_event.event"`, methods in C).
@@ -588,10 +495,35 @@ if jit then pcall(require, "perf_event.fast") end  -- FFI routes for read/enable
 --- Closes the fd and unmaps; idempotent; also `__gc` and `__close`.
 -- @function event:close
 
+--- An iterator over the records now in the ring (perf_event.records): decoded
+-- tables, tracepoint samples with `fields`.
+-- @function event:records
+-- @tparam[opt] table reuse a table refilled for each fixed-layout sample
+
+--- Waits for records: `true` at once when unread ones are in the ring, else after
+-- the kernel's wakeup; `false` on timeout; `nil, "hup"` when the event is gone.
+-- @function event:poll
+-- @tparam[opt] number timeout_ms
+
+--- Records the kernel reported lost so far (LOST and LOST_SAMPLES records).
+-- @function event:lost
+
+--- The user page's control fields, the consumer state and `base`, the mapping's
+-- address (for code that parses the ring itself).
+-- @function event:ring
+
+--- Maps the AUX area after the data area.
+-- @function event:map_aux
+-- @tparam integer pages a power of two
+
+--- The AUX bytes between `aux_tail` and `aux_head` (publishes `aux_tail`).
+-- @function event:aux
+
 --- Groups.
 -- The userdata `pe.group` returns (metatable `"perf_event.group"`): its members are
--- scheduled together and read at once. It also has every event method above, applied
--- to its leader (`g:fd()`, `g:refresh(n)`, ...).
+-- scheduled together and read at once. It also has these event methods, applied to
+-- its leader: `refresh`, `period`, `set_output`, `set_filter`, `set_bpf`,
+-- `pause_output`, `modify`, `query_bpf`, `fd`, `id`, `attr`, `info`.
 -- @type group
 
 --- Enables, disables or resets every member (`PERF_IOC_FLAG_GROUP` on the leader).
@@ -617,30 +549,13 @@ if jit then pcall(require, "perf_event.fast") end  -- FFI routes for read/enable
 --- Closes every member, leader last; idempotent; also `__gc` and `__close`.
 -- @function group:close
 
--- groups forward the remaining ioctls to their leader
-do
-  local gidx = core.group_mt.__index
-  local eidx = core.event_mt.__index
-  local gmembers = gidx.members
-  for _, m in ipairs({ "refresh", "period", "set_output", "set_filter", "set_bpf",
-                       "pause_output", "modify", "query_bpf", "fd", "id", "attr", "info" }) do
-    local f = eidx[m]
-    gidx[m] = function(g, ...)
-      local leader = gmembers(g)[1]   -- gmembers raises on a wrong self
-      if not leader then error("attempt to use a closed perf_event.group", 2) end
-      return f(leader, ...)
-    end
-  end
-  gidx.name = function(g)
-    local names = {}
-    for i, ev in ipairs(g:members()) do names[i] = ev:name() end
-    return "{" .. table.concat(names, ",") .. "}"
-  end
-  gidx.event = function(g, i)
-    return g:members()[i]
-  end
-end
+--- The members' names, `"{a,b,...}"`.
+-- @function group:name
 
+-- the methods of events and groups: assembled in one place (class.lua), which
+-- also brings event:records() (records.lua) and, on LuaJIT, the FFI routes
+-- (fast.lua)
+require("perf_event.class")
 -- event:records() with tracepoint fields and the LuaJIT fast path
 M.records = require("perf_event.records")
 

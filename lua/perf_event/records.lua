@@ -16,8 +16,12 @@ local unpack_ = string.unpack   -- luacheck: ignore (nil before 5.3)
 
 local M = {}
 
-local idx = core.event_mt.__index
-local c_records = idx.records
+-- the C method this wraps and the core's hooks into the ring (functions of
+-- an event, not methods): perf_event.class installs M.records as the method
+local P = core._private
+local c_records = P.event_methods.records
+local ring_ptr, ring_error, ring_version = P.ring_ptr, P.ring_error, P.ring_version
+local ring_layouts, decode_current = P.ring_layouts, P.decode_current
 
 -- ---- tracepoint fields ------------------------------------------------------
 
@@ -232,7 +236,7 @@ if ffi and jit and core.ring_next_ptr then
       for k, v in f:gmatch("([%w_]+) = ([^,]+%b())") do fill[#fill + 1] = "r." .. k .. " = " .. v end
     end
     local src = ([[
-local ring_next, cast, u16p, u32p, u64p, LIM, tonumber, error = ...
+local ring_next, cast, u16p, u32p, u64p, LIM, tonumber, error, ring_error, decode_current = ...
 local function u64(q, k)
   local v = q[k]
   if v < LIM then return tonumber(v) end
@@ -243,19 +247,20 @@ return function(ev, ptr, pp, r)
     local n = ring_next(ptr, pp)
     if n <= 0 then
       if n == 0 then return nil end
-      if n == -1 then error("records(" .. ev:name() .. "): " .. ev:_ring_error(), 2) end
+      if n == -1 then error("records(" .. ev:name() .. "): " .. ring_error(ev), 2) end
       error("records: the event was closed during iteration", 2)
     end
     local p = pp[0]
     local w = cast(u32p, p)
-    if w[0] ~= 9 or n ~= %d then return ev:_decode_current() end
+    if w[0] ~= 9 or n ~= %d then return decode_current(ev) end
     local q = cast(u64p, p)
     %s
   end
 end]]):format(o * 8, reuse and ("r.type = \"sample\"; r.misc = tonumber(cast(u16p, p)[2]); " ..
       table.concat(fill, "; ") .. "; return r") or ("return " .. ctor))
     local chunk = assert((loadstring or load)(src, "=records.fast"))
-    return chunk(ring_next, cast, u16p, u32p, u64p, LIM, tonumber, error)
+    return chunk(ring_next, cast, u16p, u32p, u64p, LIM, tonumber, error, ring_error,
+                 decode_current)
   end
 
   fast_iter = function(ev, st, reuse)
@@ -263,7 +268,7 @@ end]]):format(o * 8, reuse and ("r.type = \"sample\"; r.misc = tonumber(cast(u16
     local key = reuse and -1 - st or st
     local maker = gen_cache[key]
     if not maker then maker = generate(st, reuse); gen_cache[key] = maker end
-    return maker(ev, cast("void *", ev:_ring_ptr()), ppt(), reuse)
+    return maker(ev, cast("void *", ring_ptr(ev)), ppt(), reuse)
   end
 end
 
@@ -289,7 +294,7 @@ local function has_raw(st)
 end
 
 local function plan(ev)
-  local ver = ev:_ring_version()
+  local ver = ring_version(ev)
   local p = plans[ev]
   if p and p.ver == ver then return p end
   local info = ev:info()
@@ -299,7 +304,7 @@ local function plan(ev)
     -- other events write into this ring (set_output): the FFI fast path
     -- knows one layout only, and tracepoint fields come from each
     -- record's own event (by rec.id)
-    local mixed, lays = ev:_ring_layouts()
+    local mixed, lays = ring_layouts(ev)
     if mixed then p.simple = false end
     local byid, any = {}, false
     for id, l in pairs(lays) do
@@ -360,7 +365,5 @@ function M.records(ev, reuse)
     return rec
   end
 end
-
-idx.records = M.records
 
 return M
