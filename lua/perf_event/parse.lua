@@ -7,6 +7,7 @@
 local u64 = require("perf_event.u64")
 local pmu = require("perf_event.pmu")
 local events = require("perf_event.events")
+local abi = require("perf_event.core").abi
 
 local type, pairs, ipairs, error, pcall, tostring, setmetatable, getmetatable, require =
   type, pairs, ipairs, error, pcall, tostring, setmetatable, getmetatable, require
@@ -18,6 +19,7 @@ local concat, sort = table.concat, table.sort
 local M = {}
 
 local TYPE = events.TYPE
+local ST, BR = abi.sample_type, abi.branch_sample_type
 local MODCHARS = events.modifiers
 
 ------------------------------------------------------------------------
@@ -203,12 +205,15 @@ local GENERIC_NAMES = {}
 for k in pairs(GENERIC) do GENERIC_NAMES[#GENERIC_NAMES + 1] = k end
 sort(GENERIC_NAMES)
 
-local BRANCH = {
-  u = 1, k = 2, hv = 4, any = 8, any_call = 16, any_ret = 32, ind_call = 64,
-  abort_tx = 128, in_tx = 256, no_tx = 512, cond = 1024, stack = 2048, ind_jmp = 4096,
-  call = 8192, no_flags = 16384, no_cycles = 32768, save_type = 65536, hw_index = 131072,
-  priv = 262144, counter = 524288,
-}
+-- perf's branch_type words -> the kernel's PERF_SAMPLE_BRANCH_* names
+local BRANCH = {}
+for word, name in pairs({
+  u = "user", k = "kernel", hv = "hv", any = "any", any_call = "any_call",
+  any_ret = "any_return", ind_call = "ind_call", abort_tx = "abort_tx", in_tx = "in_tx",
+  no_tx = "no_tx", cond = "cond", stack = "call_stack", ind_jmp = "ind_jump", call = "call",
+  no_flags = "no_flags", no_cycles = "no_cycles", save_type = "type_save",
+  hw_index = "hw_index", priv = "priv_save", counter = "counters",
+}) do BRANCH[word] = BR[name] end
 
 local function read_terms(st)
   -- at '/'
@@ -297,19 +302,20 @@ local function apply_generic(st, e, t, words)
       bits = small_or(bits, BRANCH[w])
     end
     a.branch_sample_type = bits
-    a.sample_type = small_or(a.sample_type, 2048)
+    a.sample_type = small_or(a.sample_type, ST.branch_stack)
   elseif n == "call-graph" then
     local mode = match(t.value, "^(%a+)")
     if mode == "fp" then
-      a.sample_type = small_or(a.sample_type, 32)
+      a.sample_type = small_or(a.sample_type, ST.callchain)
     elseif mode == "dwarf" then
-      a.sample_type = small_or(a.sample_type, 32 + 4096 + 8192)
+      a.sample_type = small_or(a.sample_type, ST.callchain + ST.regs_user + ST.stack_user)
       a.sample_regs_user = 0xff0fff
       a.exclude_callchain_user = true
       if not a.sample_stack_user then a.sample_stack_user = 8192 end
     elseif mode == "lbr" then
-      a.sample_type = small_or(a.sample_type, 32 + 2048)
-      a.branch_sample_type = small_or(a.branch_sample_type, 1 + 2048 + 16384 + 32768 + 131072)
+      a.sample_type = small_or(a.sample_type, ST.callchain + ST.branch_stack)
+      a.branch_sample_type = small_or(a.branch_sample_type,
+        BR.user + BR.call_stack + BR.no_flags + BR.no_cycles + BR.hw_index)
     elseif mode ~= "no" then
       fail(st, t.vpos, format("unknown call-graph mode '%s' (valid: fp, dwarf, lbr, no)", t.value))
     end
@@ -806,28 +812,15 @@ end
 -- ---------------------------------------------------------------------
 -- describe / tostring
 
--- perf's print order (tools/perf/util/perf_event_attr_fprintf.c)
-local ORDER = {
-  { "type" }, { "size" }, { "config" }, { "sample_period", "{ sample_period, sample_freq }" },
-  { "sample_freq", "{ sample_period, sample_freq }" }, { "sample_type" }, { "read_format" },
-  { "disabled" }, { "inherit" }, { "pinned" }, { "exclusive" }, { "exclude_user" },
-  { "exclude_kernel" }, { "exclude_hv" }, { "exclude_idle" }, { "mmap" }, { "comm" }, { "freq" },
-  { "inherit_stat" }, { "enable_on_exec" }, { "task" }, { "watermark" }, { "precise_ip" },
-  { "mmap_data" }, { "sample_id_all" }, { "exclude_host" }, { "exclude_guest" },
-  { "exclude_callchain_kernel" }, { "exclude_callchain_user" }, { "mmap2" }, { "comm_exec" },
-  { "use_clockid" }, { "context_switch" }, { "write_backward" }, { "namespaces" }, { "ksymbol" },
-  { "bpf_event" }, { "aux_output" }, { "cgroup" }, { "text_poke" }, { "build_id" },
-  { "inherit_thread" }, { "remove_on_exec" }, { "sigtrap" },
-  { "wakeup_events", "{ wakeup_events, wakeup_watermark }" },
-  { "wakeup_watermark", "{ wakeup_events, wakeup_watermark }" }, { "bp_type" },
-  { "bp_addr", "{ bp_addr, config1 }" }, { "config1", "{ bp_addr, config1 }" },
-  { "bp_len", "{ bp_len, config2 }" }, { "config2", "{ bp_len, config2 }" },
-  { "branch_sample_type" }, { "sample_regs_user" }, { "sample_stack_user" }, { "clockid" },
-  { "sample_regs_intr" }, { "aux_watermark" }, { "sample_max_stack" }, { "aux_sample_size" },
-  { "sig_data" }, { "config3" },
-}
-local HEXF = { config = true, config1 = true, config2 = true, config3 = true, bp_addr = true,
-  bp_len = true, sample_regs_user = true, sample_regs_intr = true, sig_data = true }
+-- perf's print order, labels and hex fields (perf_event_attr_fprintf.c),
+-- from the core's attr field table
+local ORDER, HEXF = {}, {}
+for _, f in ipairs(abi.attr_fields) do
+  if f.perf then
+    ORDER[#ORDER + 1] = { f.name, f.perf ~= f.name and f.perf or nil }
+    HEXF[f.name] = f.hex or nil
+  end
+end
 
 local function fmt_value(k, v)
   if v == true then return "1" end
