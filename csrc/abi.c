@@ -5,8 +5,8 @@
  * attr types, the attr field table (storage, union groups, perf's print
  * order and labels), the sample_type / read_format / branch_sample_type bit
  * names, errno names, callchain context markers, record types and misc
- * bits, the fixed-layout sample fields, and the software / hardware /
- * hardware-cache event ids.  The encoder (attr.c), the decoder (records.c)
+ * bits, the fixed-layout sample fields, breakpoint types, and the
+ * software / hardware / hardware-cache event ids.  The encoder (attr.c), the decoder (records.c)
  * and the messages (errors.c) read these tables; the Lua modules read
  * core.abi, so no number of the ABI is typed twice.
  */
@@ -50,6 +50,12 @@ const pe_bitname pe_branch_bits[] = {
   {"hw_index", PE_SAMPLE_BRANCH_HW_INDEX}, {"priv_save", 1u << 18},
   {"counters", PE_SAMPLE_BRANCH_COUNTERS}, {"plm_all", PE_SAMPLE_BRANCH_PLM_ALL},
   {NULL, 0}
+};
+
+/* ---- breakpoint types (B29): <linux/hw_breakpoint.h> ------------------- */
+static const pe_named bp_types[] = {
+  {"empty", PE_BP_EMPTY}, {"r", PE_BP_R}, {"w", PE_BP_W}, {"rw", PE_BP_RW},
+  {"x", PE_BP_X}, {NULL, 0}
 };
 
 /* ---- attr types -------------------------------------------------------- */
@@ -387,6 +393,7 @@ void pe_open_abi(lua_State *L)
   push_records(L);
   push_contexts(L);
   push_sample_fixed(L);
+  push_named(L, "bp_type", NULL, bp_types);
   push_named(L, "sw", "sw_name", sw_ids);
   push_named(L, "hw", "hw_name", hw_ids);
   lua_newtable(L);

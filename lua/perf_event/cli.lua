@@ -182,7 +182,7 @@ function M.stat(argv)
   end
   if not set then
     io.stderr:write("luaperf stat: ", tostring(err), "\n")
-    if errno == 13 or errno == 1 then
+    if errno == core().abi.errno.EACCES or errno == core().abi.errno.EPERM then
       io.stderr:write("luaperf stat: see 'luaperf list' and doc/permissions.md; perf_event_paranoid is ",
                       tostring(pe().sysctl and (pe().sysctl() or {}).paranoid or "?"), "\n")
     end
@@ -378,10 +378,10 @@ function M.record(argv)
   local sample_type = "ip|tid|time|period|cpu"
   if o["call-graph"] then sample_type = sample_type .. "|callchain" end
 
-  local child, err, errno
+  local child, err
   local target = pid
   if not pid then
-    child, err, errno = c.spawn(o.cmd, { stopped = true })
+    child, err = c.spawn(o.cmd, { stopped = true })
     if not child then io.stderr:write("luaperf record: ", err, "\n") return 127 end
     target = child:pid()
   end
@@ -410,12 +410,12 @@ function M.record(argv)
     ev, err = pe().open(attr, { pid = target, cpu = cpu, pages = 64 })
     if not ev then
       -- a smaller ring when the mlock budget is tight
-      ev, err, errno = pe().open(attr, { pid = target, cpu = cpu, pages = 8 })
+      ev, err = pe().open(attr, { pid = target, cpu = cpu, pages = 8 })
     end
     if not ev then
       for _, e in ipairs(evs) do e:close() end
       io.stderr:write("luaperf record: ", tostring(err), "\n")
-      return errno == 13 and 1 or 1
+      return 1
     end
     evs[#evs + 1] = ev
   end

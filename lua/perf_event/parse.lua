@@ -546,16 +546,16 @@ local function breakpoint_event(st, start)
       for i = 1, #acc do
         local c = sub(acc, i, i)
         if find(acc, c, i + 1, true) then fail(st, acc_pos + i, format("access '%s' given twice", c)) end
-        bp_type = bp_type + ({ r = 1, w = 2, x = 4 })[c]
+        bp_type = bp_type + abi.bp_type[c]
       end
       if peek(st) == ":" then st.pos = st.pos + 1 end
     end
     mods, mpos = read_mods(st)
   end
   event_end(st)
-  bp_type = bp_type or 3
+  bp_type = bp_type or abi.bp_type.rw
   local l = len and u64.tonumber(len) or 0
-  if l == 0 then l = (bp_type == 4) and 8 or 4 end
+  if l == 0 then l = (bp_type == abi.bp_type.x) and 8 or 4 end
   if not len or u64.tonumber(len) then len = u64.new(0, 0) end
   local e = new_entry(sub(st.s, start, st.pos - 1), {
     type = TYPE.breakpoint, config = 0, bp_type = bp_type, bp_addr = num(addr),
