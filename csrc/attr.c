@@ -319,59 +319,61 @@ void pe_attr_from_table(lua_State *L, int idx, struct pe_attr *a, int anchor)
   }
 }
 
-static void set_u64_field(lua_State *L, const char *name, uint64_t v)
+/* The member of a union group the attr means: the freq / watermark flags
+ * and a breakpoint's type choose the name; the others are not shown. */
+static int chosen(const fielddesc *f, const struct pe_attr *a)
 {
-  pe_push_u64(L, v);
-  lua_setfield(L, -2, name);
+  int bp = a->type == PE_TYPE_BREAKPOINT;
+  switch (f->group) {
+  case 1: return strcmp(f->name, (a->flags & PE_FLAG_BIT(freq)) ? "sample_freq" : "sample_period") == 0;
+  case 2: return strcmp(f->name, (a->flags & PE_FLAG_BIT(watermark)) ? "wakeup_watermark"
+                                                                     : "wakeup_events") == 0;
+  case 3: return strcmp(f->name, bp ? "bp_addr" : "config1") == 0;
+  case 4: return strcmp(f->name, bp ? "bp_len" : "config2") == 0;
+  default: return 1;
+  }
 }
 
+/* The attr as a table: every field of the field table with a non-zero
+ * value, by the name its union group means (see chosen); type, size and
+ * config always, a breakpoint's bp_type/bp_addr/bp_len always, clockid
+ * whenever use_clockid is set. */
 void pe_attr_to_table(lua_State *L, const struct pe_attr *a)
 {
   const fielddesc *f;
-  int freq = (int)((a->flags >> PE_FLAG_freq) & 1);
-  int wm = (int)((a->flags >> PE_FLAG_watermark) & 1);
+  const unsigned char *base = (const unsigned char *)a;
+  int bp = a->type == PE_TYPE_BREAKPOINT;
   lua_createtable(L, 0, 16);
-  lua_pushinteger(L, a->type); lua_setfield(L, -2, "type");
-  lua_pushinteger(L, a->size); lua_setfield(L, -2, "size");
-  set_u64_field(L, "config", a->config);
-  if (a->sample_period) set_u64_field(L, freq ? "sample_freq" : "sample_period", a->sample_period);
-  if (a->sample_type) set_u64_field(L, "sample_type", a->sample_type);
-  if (a->read_format) set_u64_field(L, "read_format", a->read_format);
-  for (f = pe_attr_fields; f->name; f++)
-    if (f->kind == PE_K_FLAG && ((a->flags >> f->bit) & 1)) {
-      lua_pushboolean(L, 1);
+  for (f = pe_attr_fields; f->name; f++) {
+    uint64_t v = 0;
+    int always = f->off == offsetof(struct pe_attr, type) || f->off == offsetof(struct pe_attr, size) ||
+                 f->off == offsetof(struct pe_attr, config);
+    if (f->kind == PE_K_STRPTR || f->kind == PE_K_AUXBIT || !chosen(f, a)) continue;
+    if (f->group == 3 || f->group == 4 || f->kind == PE_K_BPTYPE) always = always || bp;
+    switch (f->kind) {
+    case PE_K_FLAG:
+      if ((a->flags >> f->bit) & 1) { lua_pushboolean(L, 1); lua_setfield(L, -2, f->name); }
+      continue;
+    case PE_K_PRECISE:
+      v = (a->flags >> f->bit) & 3;
+      break;
+    case PE_K_CLOCKID:
+      if (a->clockid || (a->flags & PE_FLAG_BIT(use_clockid))) {
+        lua_pushinteger(L, a->clockid);
+        lua_setfield(L, -2, f->name);
+      }
+      continue;
+    default:
+      if (f->size == 8) memcpy(&v, base + f->off, 8);
+      else if (f->size == 4) { uint32_t x; memcpy(&x, base + f->off, 4); v = x; }
+      else if (f->size == 2) { uint16_t x; memcpy(&x, base + f->off, 2); v = x; }
+      break;
+    }
+    if (v || always) {
+      pe_push_u64(L, v);
       lua_setfield(L, -2, f->name);
     }
-  if ((a->flags >> PE_FLAG_precise_ip) & 3) {
-    lua_pushinteger(L, (lua_Integer)((a->flags >> PE_FLAG_precise_ip) & 3));
-    lua_setfield(L, -2, "precise_ip");
   }
-  if (a->wakeup_events) {
-    lua_pushinteger(L, a->wakeup_events);
-    lua_setfield(L, -2, wm ? "wakeup_watermark" : "wakeup_events");
-  }
-  if (a->type == PE_TYPE_BREAKPOINT) {
-    lua_pushinteger(L, a->bp_type); lua_setfield(L, -2, "bp_type");
-    set_u64_field(L, "bp_addr", a->config1);
-    set_u64_field(L, "bp_len", a->config2);
-  } else {
-    if (a->bp_type) { lua_pushinteger(L, a->bp_type); lua_setfield(L, -2, "bp_type"); }
-    if (a->config1) set_u64_field(L, "config1", a->config1);
-    if (a->config2) set_u64_field(L, "config2", a->config2);
-  }
-  if (a->branch_sample_type) set_u64_field(L, "branch_sample_type", a->branch_sample_type);
-  if (a->sample_regs_user) set_u64_field(L, "sample_regs_user", a->sample_regs_user);
-  if (a->sample_stack_user) set_u64_field(L, "sample_stack_user", a->sample_stack_user);
-  if (a->clockid || ((a->flags >> PE_FLAG_use_clockid) & 1)) {
-    lua_pushinteger(L, a->clockid); lua_setfield(L, -2, "clockid");
-  }
-  if (a->sample_regs_intr) set_u64_field(L, "sample_regs_intr", a->sample_regs_intr);
-  if (a->aux_watermark) set_u64_field(L, "aux_watermark", a->aux_watermark);
-  if (a->sample_max_stack) set_u64_field(L, "sample_max_stack", a->sample_max_stack);
-  if (a->aux_sample_size) set_u64_field(L, "aux_sample_size", a->aux_sample_size);
-  if (a->aux_action) set_u64_field(L, "aux_action", a->aux_action);
-  if (a->sig_data) set_u64_field(L, "sig_data", a->sig_data);
-  if (a->config3) set_u64_field(L, "config3", a->config3);
 }
 
 /* core.attr_encode(tbl) -> 136-byte string (used by tests and tooling) */
