@@ -400,6 +400,8 @@ void pe_open_abi(lua_State *L)
   push_named(L, "id", "id_name", cache_ids);
   push_named(L, "op", "op_name", cache_ops);
   push_named(L, "result", "result_name", cache_results);
+  set_int(L, "op_shift", PE_HW_CACHE_OP_SHIFT);          /* config = id | op << 8 | result << 16 */
+  set_int(L, "result_shift", PE_HW_CACHE_RESULT_SHIFT);
   lua_setfield(L, -2, "hw_cache");
   set_int(L, "attr_size", PE_ATTR_SIZE_VER8);
   lua_setfield(L, -2, "abi");

@@ -185,6 +185,8 @@ enum {
 };
 enum { PE_HW_CACHE_OP_READ = 0, PE_HW_CACHE_OP_WRITE, PE_HW_CACHE_OP_PREFETCH };
 enum { PE_HW_CACHE_RESULT_ACCESS = 0, PE_HW_CACHE_RESULT_MISS };
+#define PE_HW_CACHE_OP_SHIFT 8       /* config = id | op << 8 | result << 16 */
+#define PE_HW_CACHE_RESULT_SHIFT 16
 
 /* ---- the mmap'ed user page (D6..D8) ------------------------------------ */
 struct pe_mmap_page {

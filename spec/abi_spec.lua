@@ -308,6 +308,9 @@ local FORBIDDEN = {
     was = "  if l == 0 then l = (bp_type == 4) and 8 or 4 end" },
   { fact = "breakpoint types", pat = "bp_type%s+or%s+%d", was = "  bp_type = bp_type or 3" },
   { fact = "hw_cache ids", pat = "%[0%]%s*=%s*{%s*%[0%]", was = "  [0] = { [0] = true, true, true }," },
+  { fact = "hw_cache config", pat = "op%s*%*%s*256", was = "  return id + op * 256 + res * 65536" },
+  { fact = "hw_cache ids", pat = "%f[%w_]id%s*==%s*%d%s+and",
+    was = "          id == 1 and \"loads, prefetches\" or \"loads\"))" },
   { fact = "hw_cache ops", pat = "%[0%]%s*=%s*\"load\"",
     was = "  local opname = { [0] = \"load\", \"store\", \"prefetch\" }" },
 }

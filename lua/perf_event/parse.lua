@@ -20,6 +20,9 @@ local M = {}
 
 local TYPE = events.TYPE
 local ST, BR = abi.sample_type, abi.branch_sample_type
+-- hw_cache config = id | op << op_shift | result << result_shift (integers on 5.3+)
+local CACHE_OP_MUL = floor(2 ^ abi.hw_cache.op_shift)
+local CACHE_RESULT_MUL = floor(2 ^ abi.hw_cache.result_shift)
 local MODCHARS = events.modifiers
 
 ------------------------------------------------------------------------
@@ -472,17 +475,17 @@ local function cache_event(st, word, pos)
     if o then
       if not events.cache_valid[id][o] then
         fail(st, pos, format("%s does not support '%s' (it has: %s)", events.cache_types[id + 1][1], w,
-          id == 1 and "loads, prefetches" or "loads"))
+          id == abi.hw_cache.id.l1i and "loads, prefetches" or "loads"))
       end
       op = o
     elseif res == nil then
       res = alias_index(w, events.cache_results)
     end
   end
-  op = op or 0
+  op = op or abi.hw_cache.op.read
   if not events.cache_valid[id][op] then fail(st, pos, "invalid cache operation") end
-  res = res or 0
-  return id + op * 256 + res * 65536
+  res = res or abi.hw_cache.result.access
+  return id + op * CACHE_OP_MUL + res * CACHE_RESULT_MUL
 end
 
 ------------------------------------------------------------------------
