@@ -13,54 +13,18 @@
 #include <string.h>
 #include "pe_core.h"
 
-/* ---- bit-name tables --------------------------------------------------- */
-typedef struct { const char *name; uint64_t bit; } bitname;
-
-static const bitname sample_bits[] = {
-  {"ip", PE_SAMPLE_IP}, {"tid", PE_SAMPLE_TID}, {"time", PE_SAMPLE_TIME},
-  {"addr", PE_SAMPLE_ADDR}, {"read", PE_SAMPLE_READ},
-  {"callchain", PE_SAMPLE_CALLCHAIN}, {"id", PE_SAMPLE_ID},
-  {"cpu", PE_SAMPLE_CPU}, {"period", PE_SAMPLE_PERIOD},
-  {"stream_id", PE_SAMPLE_STREAM_ID}, {"raw", PE_SAMPLE_RAW},
-  {"branch_stack", PE_SAMPLE_BRANCH_STACK}, {"regs_user", PE_SAMPLE_REGS_USER},
-  {"stack_user", PE_SAMPLE_STACK_USER}, {"weight", PE_SAMPLE_WEIGHT},
-  {"data_src", PE_SAMPLE_DATA_SRC}, {"identifier", PE_SAMPLE_IDENTIFIER},
-  {"transaction", PE_SAMPLE_TRANSACTION}, {"regs_intr", PE_SAMPLE_REGS_INTR},
-  {"phys_addr", PE_SAMPLE_PHYS_ADDR}, {"aux", PE_SAMPLE_AUX},
-  {"cgroup", PE_SAMPLE_CGROUP}, {"data_page_size", PE_SAMPLE_DATA_PAGE_SIZE},
-  {"code_page_size", PE_SAMPLE_CODE_PAGE_SIZE},
-  {"weight_struct", PE_SAMPLE_WEIGHT_STRUCT}, {NULL, 0}
-};
-
-static const bitname read_bits[] = {
-  {"total_time_enabled", PE_FORMAT_TOTAL_TIME_ENABLED},
-  {"total_time_running", PE_FORMAT_TOTAL_TIME_RUNNING},
-  {"id", PE_FORMAT_ID}, {"group", PE_FORMAT_GROUP}, {"lost", PE_FORMAT_LOST},
-  {NULL, 0}
-};
-
-static const bitname branch_bits[] = {
-  {"user", 1u << 0}, {"kernel", 1u << 1}, {"hv", 1u << 2},
-  {"any", 1u << 3}, {"any_call", 1u << 4}, {"any_return", 1u << 5},
-  {"ind_call", 1u << 6}, {"abort_tx", 1u << 7}, {"in_tx", 1u << 8},
-  {"no_tx", 1u << 9}, {"cond", 1u << 10}, {"call_stack", 1u << 11},
-  {"ind_jump", 1u << 12}, {"call", 1u << 13}, {"no_flags", 1u << 14},
-  {"no_cycles", 1u << 15}, {"type_save", 1u << 16}, {"hw_index", 1u << 17},
-  {"priv_save", 1u << 18}, {"counters", 1u << 19}, {"plm_all", 7u},
-  {NULL, 0}
-};
-
-static const bitname *bits_for(const char *field)
+/* ---- bit names (the tables are abi.c's) --------------------------------- */
+static const pe_bitname *bits_for(const char *field)
 {
-  if (strcmp(field, "sample_type") == 0) return sample_bits;
-  if (strcmp(field, "read_format") == 0) return read_bits;
-  if (strcmp(field, "branch_sample_type") == 0) return branch_bits;
+  if (strcmp(field, "sample_type") == 0) return pe_sample_bits;
+  if (strcmp(field, "read_format") == 0) return pe_read_bits;
+  if (strcmp(field, "branch_sample_type") == 0) return pe_branch_bits;
   return NULL;
 }
 
 /* Looks up one bit name, case-insensitively, with or without the
  * PERF_SAMPLE_ / PERF_FORMAT_ / PERF_SAMPLE_BRANCH_ prefix. */
-static int lookup_bit(const bitname *t, const char *s, size_t len, uint64_t *bit)
+static int lookup_bit(const pe_bitname *t, const char *s, size_t len, uint64_t *bit)
 {
   char low[64];
   size_t i;
@@ -80,7 +44,7 @@ static int lookup_bit(const bitname *t, const char *s, size_t len, uint64_t *bit
   return 0;
 }
 
-static void unknown_bit(lua_State *L, const char *field, const bitname *t,
+static void unknown_bit(lua_State *L, const char *field, const pe_bitname *t,
                         const char *s, size_t len)
 {
   luaL_Buffer b;
@@ -101,7 +65,7 @@ static void unknown_bit(lua_State *L, const char *field, const bitname *t,
 /* number | "a|b|c" | {"a","b"} -> bits; raises on unknown names */
 int pe_flags_from_value(lua_State *L, int idx, const char *field, uint64_t *out)
 {
-  const bitname *t = bits_for(field);
+  const pe_bitname *t = bits_for(field);
   const char *why;
   uint64_t v = 0, bit;
   idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
@@ -144,83 +108,8 @@ int pe_flags_from_value(lua_State *L, int idx, const char *field, uint64_t *out)
   return 1;
 }
 
-/* ---- field table ------------------------------------------------------- */
-enum kind {
-  K_U64, K_U32, K_U16, K_FLAG, K_PRECISE, K_BITS, K_TYPE, K_BPTYPE,
-  K_CLOCKID, K_STRPTR, K_AUXBIT
-};
-
-typedef struct {
-  const char *name;
-  enum kind kind;
-  unsigned off;      /* byte offset in struct pe_attr */
-  int bit;           /* flag bit / aux_action bit */
-  int group;         /* union group: fields in one group are exclusive */
-} fielddesc;
-
-#define OFF(f) ((unsigned)offsetof(struct pe_attr, f))
-#define FLAG(n) {#n, K_FLAG, OFF(flags), PE_FLAG_##n, 0}
-
-static const fielddesc fields[] = {
-  {"type", K_TYPE, OFF(type), 0, 0},
-  {"size", K_U32, OFF(size), 0, 0},
-  {"config", K_U64, OFF(config), 0, 0},
-  {"sample_period", K_U64, OFF(sample_period), 0, 1},
-  {"sample_freq", K_U64, OFF(sample_period), 0, 1},
-  {"sample_type", K_BITS, OFF(sample_type), 0, 0},
-  {"read_format", K_BITS, OFF(read_format), 0, 0},
-  FLAG(disabled), FLAG(inherit), FLAG(pinned), FLAG(exclusive),
-  FLAG(exclude_user), FLAG(exclude_kernel), FLAG(exclude_hv), FLAG(exclude_idle),
-  FLAG(mmap), FLAG(comm), FLAG(freq), FLAG(inherit_stat), FLAG(enable_on_exec),
-  FLAG(task), FLAG(watermark),
-  {"precise_ip", K_PRECISE, OFF(flags), PE_FLAG_precise_ip, 0},
-  FLAG(mmap_data), FLAG(sample_id_all), FLAG(exclude_host), FLAG(exclude_guest),
-  FLAG(exclude_callchain_kernel), FLAG(exclude_callchain_user), FLAG(mmap2),
-  FLAG(comm_exec), FLAG(use_clockid), FLAG(context_switch), FLAG(write_backward),
-  FLAG(namespaces), FLAG(ksymbol), FLAG(bpf_event), FLAG(aux_output), FLAG(cgroup),
-  FLAG(text_poke), FLAG(build_id), FLAG(inherit_thread), FLAG(remove_on_exec),
-  FLAG(sigtrap),
-  {"wakeup_events", K_U32, OFF(wakeup_events), 0, 2},
-  {"wakeup_watermark", K_U32, OFF(wakeup_events), 0, 2},
-  {"bp_type", K_BPTYPE, OFF(bp_type), 0, 0},
-  {"config1", K_U64, OFF(config1), 0, 3},
-  {"bp_addr", K_U64, OFF(config1), 0, 3},
-  {"kprobe_func", K_STRPTR, OFF(config1), 0, 3},
-  {"uprobe_path", K_STRPTR, OFF(config1), 0, 3},
-  {"config2", K_U64, OFF(config2), 0, 4},
-  {"bp_len", K_U64, OFF(config2), 0, 4},
-  {"kprobe_addr", K_U64, OFF(config2), 0, 4},
-  {"probe_offset", K_U64, OFF(config2), 0, 4},
-  {"branch_sample_type", K_BITS, OFF(branch_sample_type), 0, 0},
-  {"sample_regs_user", K_U64, OFF(sample_regs_user), 0, 0},
-  {"sample_stack_user", K_U32, OFF(sample_stack_user), 0, 0},
-  {"clockid", K_CLOCKID, OFF(clockid), 0, 0},
-  {"sample_regs_intr", K_U64, OFF(sample_regs_intr), 0, 0},
-  {"aux_watermark", K_U32, OFF(aux_watermark), 0, 0},
-  {"sample_max_stack", K_U16, OFF(sample_max_stack), 0, 0},
-  {"aux_sample_size", K_U32, OFF(aux_sample_size), 0, 0},
-  {"aux_action", K_U32, OFF(aux_action), 0, 5},
-  {"aux_start_paused", K_AUXBIT, OFF(aux_action), 0, 0},
-  {"aux_pause", K_AUXBIT, OFF(aux_action), 1, 0},
-  {"aux_resume", K_AUXBIT, OFF(aux_action), 2, 0},
-  {"sig_data", K_U64, OFF(sig_data), 0, 0},
-  {"config3", K_U64, OFF(config3), 0, 0},
-  {NULL, K_U64, 0, 0, 0}
-};
-
-static const fielddesc *find_field(const char *name)
-{
-  const fielddesc *f;
-  for (f = fields; f->name; f++)
-    if (strcmp(f->name, name) == 0) return f;
-  return NULL;
-}
-
-static const struct { const char *name; uint32_t type; } type_names[] = {
-  {"hardware", PE_TYPE_HARDWARE}, {"software", PE_TYPE_SOFTWARE},
-  {"tracepoint", PE_TYPE_TRACEPOINT}, {"hw_cache", PE_TYPE_HW_CACHE},
-  {"raw", PE_TYPE_RAW}, {"breakpoint", PE_TYPE_BREAKPOINT}, {NULL, 0}
-};
+/* ---- fields (the table is abi.c's pe_attr_fields) ------------------------ */
+typedef pe_fielddesc fielddesc;
 
 /* a PMU name -> its dynamic type from sysfs; -1 if there is no such PMU */
 static long pmu_type_from_sysfs(const char *name)
@@ -268,22 +157,22 @@ static void set_one(lua_State *L, const fielddesc *f, int vidx, struct pe_attr *
   unsigned char *base = (unsigned char *)a;
   uint64_t v;
   switch (f->kind) {
-  case K_U64:
+  case PE_K_U64:
     v = field_u64(L, vidx, f->name);
     memcpy(base + f->off, &v, 8);
     break;
-  case K_U32: case K_U16: {
-    uint64_t max = f->kind == K_U32 ? 0xffffffffull : 0xffffull;
+  case PE_K_U32: case PE_K_U16: {
+    uint64_t max = f->kind == PE_K_U32 ? 0xffffffffull : 0xffffull;
     v = field_u64(L, vidx, f->name);
     if (v > max)
       luaL_error(L, "attr field '%s': %s out of range (0-%s)", f->name,
                  lua_tostring(L, vidx) ? lua_tostring(L, vidx) : "value",
-                 f->kind == K_U32 ? "4294967295" : "65535");
-    if (f->kind == K_U32) { uint32_t x = (uint32_t)v; memcpy(base + f->off, &x, 4); }
+                 f->kind == PE_K_U32 ? "4294967295" : "65535");
+    if (f->kind == PE_K_U32) { uint32_t x = (uint32_t)v; memcpy(base + f->off, &x, 4); }
     else { uint16_t x = (uint16_t)v; memcpy(base + f->off, &x, 2); }
     break;
   }
-  case K_FLAG:
+  case PE_K_FLAG:
     if (lua_type(L, vidx) == LUA_TBOOLEAN) v = (uint64_t)lua_toboolean(L, vidx);
     else {
       v = field_u64(L, vidx, f->name);
@@ -291,7 +180,7 @@ static void set_one(lua_State *L, const fielddesc *f, int vidx, struct pe_attr *
     }
     a->flags = (a->flags & ~((uint64_t)1 << f->bit)) | (v << f->bit);
     break;
-  case K_AUXBIT:
+  case PE_K_AUXBIT:
     if (lua_type(L, vidx) == LUA_TBOOLEAN) v = (uint64_t)lua_toboolean(L, vidx);
     else {
       v = field_u64(L, vidx, f->name);
@@ -299,22 +188,22 @@ static void set_one(lua_State *L, const fielddesc *f, int vidx, struct pe_attr *
     }
     a->aux_action = (a->aux_action & ~(1u << f->bit)) | ((uint32_t)v << f->bit);
     break;
-  case K_PRECISE:
+  case PE_K_PRECISE:
     v = field_u64(L, vidx, f->name);
     if (v > 3) field_error(L, f->name, "must be 0-3");
     a->flags = (a->flags & ~(3ull << PE_FLAG_precise_ip)) | (v << PE_FLAG_precise_ip);
     break;
-  case K_BITS:
+  case PE_K_BITS:
     pe_flags_from_value(L, vidx, f->name, &v);
     memcpy(base + f->off, &v, 8);
     break;
-  case K_TYPE:
+  case PE_K_TYPE:
     if (lua_type(L, vidx) == LUA_TSTRING && !lua_isnumber(L, vidx)) {
       const char *s = lua_tostring(L, vidx);
       int i;
       long t = -1;
-      for (i = 0; type_names[i].name; i++)
-        if (strcmp(type_names[i].name, s) == 0) t = type_names[i].type;
+      for (i = 0; pe_type_names[i].name; i++)
+        if (strcmp(pe_type_names[i].name, s) == 0) t = pe_type_names[i].value;
       if (t < 0) t = pmu_type_from_sysfs(s);
       if (t < 0)
         luaL_error(L, "attr field 'type': unknown type or PMU '%s' (hardware, software, "
@@ -327,7 +216,7 @@ static void set_one(lua_State *L, const fielddesc *f, int vidx, struct pe_attr *
       a->type = (uint32_t)v;
     }
     break;
-  case K_BPTYPE:
+  case PE_K_BPTYPE:
     if (lua_type(L, vidx) == LUA_TSTRING && !lua_isnumber(L, vidx)) {
       const char *s = lua_tostring(L, vidx);
       uint32_t t = 0;
@@ -345,7 +234,7 @@ static void set_one(lua_State *L, const fielddesc *f, int vidx, struct pe_attr *
       a->bp_type = (uint32_t)v;
     }
     break;
-  case K_CLOCKID:
+  case PE_K_CLOCKID:
     if (lua_type(L, vidx) == LUA_TSTRING && !lua_isnumber(L, vidx)) {
       const char *s = lua_tostring(L, vidx);
       int i, found = 0;
@@ -363,7 +252,7 @@ static void set_one(lua_State *L, const fielddesc *f, int vidx, struct pe_attr *
       a->clockid = (int32_t)x;
     }
     break;
-  case K_STRPTR: {
+  case PE_K_STRPTR: {
     size_t len;
     const char *s;
     if (lua_type(L, vidx) != LUA_TSTRING)
@@ -393,7 +282,7 @@ void pe_attr_from_table(lua_State *L, int idx, struct pe_attr *a, int anchor)
     if (lua_type(L, -2) != LUA_TSTRING)
       luaL_error(L, "attr: keys must be field names, got a %s key", luaL_typename(L, -2));
     name = lua_tostring(L, -2);
-    f = find_field(name);
+    f = pe_attr_field(name);
     if (!f) luaL_error(L, "unknown attr field '%s'", name);
     if (f->group) {
       const fielddesc *prev = seen_group[f->group];
@@ -401,7 +290,7 @@ void pe_attr_from_table(lua_State *L, int idx, struct pe_attr *a, int anchor)
         luaL_error(L, "attr fields '%s' and '%s' share storage: give only one", prev->name, f->name);
       seen_group[f->group] = f;
     }
-    if (f->kind == K_AUXBIT && seen_group[5])
+    if (f->kind == PE_K_AUXBIT && seen_group[5])
       luaL_error(L, "attr fields 'aux_action' and '%s' overlap: give only one", f->name);
     if (strcmp(name, "sample_freq") == 0) saw_freq_value = 1;
     if (strcmp(name, "wakeup_watermark") == 0) saw_wm_value = 1;
@@ -430,59 +319,61 @@ void pe_attr_from_table(lua_State *L, int idx, struct pe_attr *a, int anchor)
   }
 }
 
-static void set_u64_field(lua_State *L, const char *name, uint64_t v)
+/* The member of a union group the attr means: the freq / watermark flags
+ * and a breakpoint's type choose the name; the others are not shown. */
+static int chosen(const fielddesc *f, const struct pe_attr *a)
 {
-  pe_push_u64(L, v);
-  lua_setfield(L, -2, name);
+  int bp = a->type == PE_TYPE_BREAKPOINT;
+  switch (f->group) {
+  case 1: return strcmp(f->name, (a->flags & PE_FLAG_BIT(freq)) ? "sample_freq" : "sample_period") == 0;
+  case 2: return strcmp(f->name, (a->flags & PE_FLAG_BIT(watermark)) ? "wakeup_watermark"
+                                                                     : "wakeup_events") == 0;
+  case 3: return strcmp(f->name, bp ? "bp_addr" : "config1") == 0;
+  case 4: return strcmp(f->name, bp ? "bp_len" : "config2") == 0;
+  default: return 1;
+  }
 }
 
+/* The attr as a table: every field of the field table with a non-zero
+ * value, by the name its union group means (see chosen); type, size and
+ * config always, a breakpoint's bp_type/bp_addr/bp_len always, clockid
+ * whenever use_clockid is set. */
 void pe_attr_to_table(lua_State *L, const struct pe_attr *a)
 {
   const fielddesc *f;
-  int freq = (int)((a->flags >> PE_FLAG_freq) & 1);
-  int wm = (int)((a->flags >> PE_FLAG_watermark) & 1);
+  const unsigned char *base = (const unsigned char *)a;
+  int bp = a->type == PE_TYPE_BREAKPOINT;
   lua_createtable(L, 0, 16);
-  lua_pushinteger(L, a->type); lua_setfield(L, -2, "type");
-  lua_pushinteger(L, a->size); lua_setfield(L, -2, "size");
-  set_u64_field(L, "config", a->config);
-  if (a->sample_period) set_u64_field(L, freq ? "sample_freq" : "sample_period", a->sample_period);
-  if (a->sample_type) set_u64_field(L, "sample_type", a->sample_type);
-  if (a->read_format) set_u64_field(L, "read_format", a->read_format);
-  for (f = fields; f->name; f++)
-    if (f->kind == K_FLAG && ((a->flags >> f->bit) & 1)) {
-      lua_pushboolean(L, 1);
+  for (f = pe_attr_fields; f->name; f++) {
+    uint64_t v = 0;
+    int always = f->off == offsetof(struct pe_attr, type) || f->off == offsetof(struct pe_attr, size) ||
+                 f->off == offsetof(struct pe_attr, config);
+    if (f->kind == PE_K_STRPTR || f->kind == PE_K_AUXBIT || !chosen(f, a)) continue;
+    if (f->group == 3 || f->group == 4 || f->kind == PE_K_BPTYPE) always = always || bp;
+    switch (f->kind) {
+    case PE_K_FLAG:
+      if ((a->flags >> f->bit) & 1) { lua_pushboolean(L, 1); lua_setfield(L, -2, f->name); }
+      continue;
+    case PE_K_PRECISE:
+      v = (a->flags >> f->bit) & 3;
+      break;
+    case PE_K_CLOCKID:
+      if (a->clockid || (a->flags & PE_FLAG_BIT(use_clockid))) {
+        lua_pushinteger(L, a->clockid);
+        lua_setfield(L, -2, f->name);
+      }
+      continue;
+    default:
+      if (f->size == 8) memcpy(&v, base + f->off, 8);
+      else if (f->size == 4) { uint32_t x; memcpy(&x, base + f->off, 4); v = x; }
+      else if (f->size == 2) { uint16_t x; memcpy(&x, base + f->off, 2); v = x; }
+      break;
+    }
+    if (v || always) {
+      pe_push_u64(L, v);
       lua_setfield(L, -2, f->name);
     }
-  if ((a->flags >> PE_FLAG_precise_ip) & 3) {
-    lua_pushinteger(L, (lua_Integer)((a->flags >> PE_FLAG_precise_ip) & 3));
-    lua_setfield(L, -2, "precise_ip");
   }
-  if (a->wakeup_events) {
-    lua_pushinteger(L, a->wakeup_events);
-    lua_setfield(L, -2, wm ? "wakeup_watermark" : "wakeup_events");
-  }
-  if (a->type == PE_TYPE_BREAKPOINT) {
-    lua_pushinteger(L, a->bp_type); lua_setfield(L, -2, "bp_type");
-    set_u64_field(L, "bp_addr", a->config1);
-    set_u64_field(L, "bp_len", a->config2);
-  } else {
-    if (a->bp_type) { lua_pushinteger(L, a->bp_type); lua_setfield(L, -2, "bp_type"); }
-    if (a->config1) set_u64_field(L, "config1", a->config1);
-    if (a->config2) set_u64_field(L, "config2", a->config2);
-  }
-  if (a->branch_sample_type) set_u64_field(L, "branch_sample_type", a->branch_sample_type);
-  if (a->sample_regs_user) set_u64_field(L, "sample_regs_user", a->sample_regs_user);
-  if (a->sample_stack_user) set_u64_field(L, "sample_stack_user", a->sample_stack_user);
-  if (a->clockid || ((a->flags >> PE_FLAG_use_clockid) & 1)) {
-    lua_pushinteger(L, a->clockid); lua_setfield(L, -2, "clockid");
-  }
-  if (a->sample_regs_intr) set_u64_field(L, "sample_regs_intr", a->sample_regs_intr);
-  if (a->aux_watermark) set_u64_field(L, "aux_watermark", a->aux_watermark);
-  if (a->sample_max_stack) set_u64_field(L, "sample_max_stack", a->sample_max_stack);
-  if (a->aux_sample_size) set_u64_field(L, "aux_sample_size", a->aux_sample_size);
-  if (a->aux_action) set_u64_field(L, "aux_action", a->aux_action);
-  if (a->sig_data) set_u64_field(L, "sig_data", a->sig_data);
-  if (a->config3) set_u64_field(L, "config3", a->config3);
 }
 
 /* core.attr_encode(tbl) -> 136-byte string (used by tests and tooling) */
@@ -511,7 +402,7 @@ int pe_l_attr_decode(lua_State *L)
 int pe_l_bits(lua_State *L)
 {
   const char *field = luaL_checkstring(L, 1);
-  const bitname *t = bits_for(field);
+  const pe_bitname *t = bits_for(field);
   uint64_t v;
   if (!t) return luaL_argerror(L, 1, "sample_type, read_format or branch_sample_type");
   if (lua_isnoneornil(L, 2)) {

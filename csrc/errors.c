@@ -1,7 +1,7 @@
 /*
  * errors.c - turning an errno into something a person can act on.
  *
- * Owns: errno names, the luaposix-style nil/message/errno triple, and the
+ * Owns: the luaposix-style nil/message/errno triple, and the
  * hints for perf_event_open's errnos (CHECKLIST I), which look at the attr,
  * pid and cpu to name the likely cause.
  */
@@ -15,27 +15,7 @@
 #include <linux/capability.h>
 #include "pe_core.h"
 
-static const struct { int err; const char *name; } errnames[] = {
-  {EPERM, "EPERM"}, {ENOENT, "ENOENT"}, {ESRCH, "ESRCH"}, {EINTR, "EINTR"},
-  {EIO, "EIO"}, {ENXIO, "ENXIO"}, {E2BIG, "E2BIG"}, {EBADF, "EBADF"},
-  {EAGAIN, "EAGAIN"}, {ENOMEM, "ENOMEM"}, {EACCES, "EACCES"},
-  {EFAULT, "EFAULT"}, {EBUSY, "EBUSY"}, {EEXIST, "EEXIST"},
-  {ENODEV, "ENODEV"}, {ENOTDIR, "ENOTDIR"}, {EISDIR, "EISDIR"},
-  {EINVAL, "EINVAL"}, {ENFILE, "ENFILE"}, {EMFILE, "EMFILE"},
-  {ENOTTY, "ENOTTY"}, {EFBIG, "EFBIG"}, {ENOSPC, "ENOSPC"},
-  {ERANGE, "ERANGE"}, {ENOSYS, "ENOSYS"}, {EOPNOTSUPP, "EOPNOTSUPP"},
-  {EOVERFLOW, "EOVERFLOW"}, {ENAMETOOLONG, "ENAMETOOLONG"},
-  {ELOOP, "ELOOP"}, {EROFS, "EROFS"}, {ECHILD, "ECHILD"},
-  {EPIPE, "EPIPE"}, {ETIMEDOUT, "ETIMEDOUT"},
-};
-
-const char *pe_errno_name(int err)
-{
-  size_t i;
-  for (i = 0; i < sizeof errnames / sizeof errnames[0]; i++)
-    if (errnames[i].err == err) return errnames[i].name;
-  return "E?";
-}
+/* errno names: abi.c (pe_errno_name) */
 
 /* The first number in a small file, or dflt. */
 static long read_long(const char *path, long dflt)

@@ -458,16 +458,25 @@ static int l_modify(lua_State *L)
   int rc;
   luaL_checktype(L, 2, LUA_TTABLE);
   pe_attr_from_table(L, 2, &a, 0);
-  /* overlay: fields the caller named replace the event's current ones */
+  /* overlay: fields the caller named replace the event's current ones;
+   * which fields the ioctl may change is the field table's (abi.c) */
   lua_pushnil(L);
   while (lua_next(L, 2)) {
     const char *k = lua_tostring(L, -2);
-    if (strcmp(k, "bp_addr") == 0 || strcmp(k, "config1") == 0) cur.config1 = a.config1;
-    else if (strcmp(k, "bp_len") == 0 || strcmp(k, "config2") == 0) cur.config2 = a.config2;
-    else if (strcmp(k, "bp_type") == 0) cur.bp_type = a.bp_type;
-    else if (strcmp(k, "sig_data") == 0) cur.sig_data = a.sig_data;
-    else if (strcmp(k, "type") != 0)
-      luaL_error(L, "modify: field '%s' cannot be changed (only bp_addr, bp_len, bp_type, sig_data)", k);
+    const pe_fielddesc *f = pe_attr_field(k);
+    if (f && f->modify)
+      memcpy((unsigned char *)&cur + f->off, (const unsigned char *)&a + f->off, f->size);
+    else if (strcmp(k, "type") != 0) {
+      luaL_Buffer b;
+      luaL_buffinit(L, &b);
+      for (f = pe_attr_fields; f->name; f++)
+        if (f->modify) {
+          luaL_addstring(&b, ", ");
+          luaL_addstring(&b, f->name);
+        }
+      luaL_pushresult(&b);
+      luaL_error(L, "modify: field '%s' cannot be changed (only %s)", k, lua_tostring(L, -1) + 2);
+    }
     lua_pop(L, 1);
   }
   cur.size = sizeof cur;

@@ -147,6 +147,7 @@ enum {
 
 /* ---- branch_sample_type bits (B33, B33a) ------------------------------- */
 #define PE_BRANCH_MAX_BIT 20
+#define PE_SAMPLE_BRANCH_PLM_ALL 7u
 #define PE_SAMPLE_BRANCH_HW_INDEX (1u << 17)
 #define PE_SAMPLE_BRANCH_COUNTERS (1u << 19)
 
@@ -176,6 +177,16 @@ enum {
 
 /* ---- breakpoints (B29, B31) -------------------------------------------- */
 enum { PE_BP_EMPTY = 0, PE_BP_R = 1, PE_BP_W = 2, PE_BP_RW = 3, PE_BP_X = 4 };
+
+/* ---- hardware cache ids, ops, results (B7) ----------------------------- */
+enum {
+  PE_HW_CACHE_L1D = 0, PE_HW_CACHE_L1I, PE_HW_CACHE_LL, PE_HW_CACHE_DTLB,
+  PE_HW_CACHE_ITLB, PE_HW_CACHE_BPU, PE_HW_CACHE_NODE, PE_HW_CACHE_MAX
+};
+enum { PE_HW_CACHE_OP_READ = 0, PE_HW_CACHE_OP_WRITE, PE_HW_CACHE_OP_PREFETCH };
+enum { PE_HW_CACHE_RESULT_ACCESS = 0, PE_HW_CACHE_RESULT_MISS };
+#define PE_HW_CACHE_OP_SHIFT 8       /* config = id | op << 8 | result << 16 */
+#define PE_HW_CACHE_RESULT_SHIFT 16
 
 /* ---- the mmap'ed user page (D6..D8) ------------------------------------ */
 struct pe_mmap_page {
@@ -236,6 +247,11 @@ enum {
 };
 
 #define PE_RECORD_MISC_CPUMODE_MASK     7u
+#define PE_RECORD_MISC_KERNEL           1u
+#define PE_RECORD_MISC_USER             2u
+#define PE_RECORD_MISC_HYPERVISOR       3u
+#define PE_RECORD_MISC_GUEST_KERNEL     4u
+#define PE_RECORD_MISC_GUEST_USER       5u
 #define PE_RECORD_MISC_MMAP_DATA        (1u << 13)
 #define PE_RECORD_MISC_COMM_EXEC        (1u << 13)
 #define PE_RECORD_MISC_SWITCH_OUT       (1u << 13)
@@ -254,5 +270,42 @@ enum {
 
 /* regs abi (E30) */
 enum { PE_SAMPLE_REGS_ABI_NONE = 0, PE_SAMPLE_REGS_ABI_32 = 1, PE_SAMPLE_REGS_ABI_64 = 2 };
+
+/* ---- the ABI tables (abi.c): the one copy of every name <-> number ------
+ * The encoder (attr.c), the decoder (records.c), the error messages
+ * (errors.c) and core.abi (the Lua view) all read these. */
+typedef struct { const char *name; uint64_t bit; } pe_bitname;
+extern const pe_bitname pe_sample_bits[];   /* sample_type, NULL-ended */
+extern const pe_bitname pe_read_bits[];     /* read_format */
+extern const pe_bitname pe_branch_bits[];   /* branch_sample_type */
+
+/* attr fields: how each is stored (kind), where, and how perf prints it */
+enum pe_field_kind {
+  PE_K_U64, PE_K_U32, PE_K_U16, PE_K_FLAG, PE_K_PRECISE, PE_K_BITS, PE_K_TYPE,
+  PE_K_BPTYPE, PE_K_CLOCKID, PE_K_STRPTR, PE_K_AUXBIT
+};
+typedef struct {
+  const char *name;
+  enum pe_field_kind kind;
+  unsigned off;        /* byte offset in struct pe_attr */
+  unsigned size;       /* bytes the field's storage takes */
+  int bit;             /* flag bit / aux_action bit */
+  int group;           /* union group: fields in one group are exclusive */
+  const char *perf;    /* perf -vv label; NULL: perf does not print it */
+  unsigned char hex;   /* perf prints it in hex */
+  unsigned char modify; /* PERF_EVENT_IOC_MODIFY_ATTRIBUTES may change it */
+} pe_fielddesc;
+extern const pe_fielddesc pe_attr_fields[];  /* perf's print order, NULL-ended */
+const pe_fielddesc *pe_attr_field(const char *name);
+
+typedef struct { const char *name; uint32_t value; } pe_named;
+extern const pe_named pe_type_names[];       /* PERF_TYPE_* */
+
+const char *pe_errno_name(int err);          /* "EINVAL"; "E?" when unknown */
+const char *pe_context_name(uint64_t ip);    /* PERF_CONTEXT_* as the decoder names it */
+
+struct lua_State;
+/* core.abi: the tables above as Lua tables (abi.c) */
+void pe_open_abi(struct lua_State *L);
 
 #endif /* PE_ABI_H */

@@ -236,17 +236,6 @@ static void push_regs(lua_State *L, cur *c, uint64_t mask)
   }
 }
 
-static const char *ctx_name(uint64_t ip)
-{
-  if (ip == PE_CONTEXT_HV) return "hv";
-  if (ip == PE_CONTEXT_KERNEL) return "kernel";
-  if (ip == PE_CONTEXT_USER) return "user";
-  if (ip == PE_CONTEXT_GUEST) return "guest";
-  if (ip == PE_CONTEXT_GUEST_KERNEL) return "guest_kernel";
-  if (ip == PE_CONTEXT_GUEST_USER) return "guest_user";
-  return "context";
-}
-
 /* u64 nr; u64 ips[nr] -> array, markers as context names (E26) */
 static void push_callchain(lua_State *L, cur *c)
 {
@@ -256,7 +245,7 @@ static void push_callchain(lua_State *L, cur *c)
   lua_createtable(L, (int)nr, 0);
   for (i = 0; i < nr; i++) {
     uint64_t ip = g64(c);
-    if (ip >= PE_CONTEXT_MAX) lua_pushstring(L, ctx_name(ip));
+    if (ip >= PE_CONTEXT_MAX) lua_pushstring(L, pe_context_name(ip));
     else pe_push_u64(L, ip);
     lua_rawseti(L, -2, (int)i + 1);
   }

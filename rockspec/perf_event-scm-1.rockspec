@@ -25,7 +25,7 @@ build = {
   modules = {
     ["perf_event.core"] = {
       sources = {
-        "csrc/attr.c", "csrc/compat.c", "csrc/core.c", "csrc/errors.c", "csrc/event.c",
+        "csrc/abi.c", "csrc/attr.c", "csrc/compat.c", "csrc/core.c", "csrc/errors.c", "csrc/event.c",
         "csrc/readfmt.c", "csrc/ring.c", "csrc/records.c", "csrc/u64.c", "csrc/userpage.c",
         "csrc/fast.c", "csrc/spawn.c",
       },

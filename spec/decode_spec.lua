@@ -61,6 +61,21 @@ describe("synthetic samples", function()
     assert.equal(0x401000, r.callchain[4])
   end)
 
+  it("every marker of core.abi.context decodes to its name; an unnamed one to context_other", function()
+    local abi = core.abi
+    local names, body = {}, {}
+    for name, v in pairs(abi.context) do
+      names[#names + 1] = name
+      body[#body + 1] = q(U.hex(v):lower())
+    end
+    assert.equal(6, #names)   -- hv, kernel, user, guest, guest_kernel, guest_user
+    body[#body + 1] = q(U.hex(abi.context_max):lower())     -- PERF_CONTEXT_MAX: no name
+    local r = assert(decode(record(9, 1, q(#body) .. table.concat(body)), { sample_type = "callchain" }))
+    for i, name in ipairs(names) do assert.equal(name, r.callchain[i]) end
+    assert.equal(abi.context_other, r.callchain[#names + 1])
+    assert.equal("context", abi.context_other)
+  end)
+
   it("read: non-group and group layouts are not swapped", function()
     local one = assert(decode(record(9, 0, q(500) .. q(10) .. q(9) .. q(42)),
       { sample_type = "read", read_format = "total_time_enabled|total_time_running|id" }))

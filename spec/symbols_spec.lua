@@ -11,6 +11,26 @@ end
 
 local have_nm = sh("command -v nm") ~= ""
 
+-- rec.callchain as the core's decoder makes it from a PERF_RECORD_SAMPLE
+-- built to the kernel's layout; entries are numbers or 16-digit hex strings
+-- (the marker values of <linux/perf_event.h>, as the kernel writes them)
+local function decoded_chain(entries)
+  local U = require("support.util")
+  local function u64(v)
+    if type(v) == "number" then return U.le64(v) end
+    local t = {}
+    for i = 15, 1, -2 do t[#t + 1] = string.char(tonumber(v:sub(i, i + 1), 16)) end
+    return table.concat(t)
+  end
+  local body = { U.le64(#entries) }
+  for _, v in ipairs(entries) do body[#body + 1] = u64(v) end
+  body = table.concat(body)
+  local bytes = U.le64(9):sub(1, 4) .. U.le64(1):sub(1, 2) .. U.le64(8 + #body):sub(1, 2) .. body
+  local rec = assert(require("perf_event.core").decode_record(bytes, { sample_type = "callchain" }))
+  return rec.callchain
+end
+local KERNEL, USER = "ffffffffffffff80", "fffffffffffffe00"   -- PERF_CONTEXT_KERNEL, _USER
+
 -- name -> address from `nm [-D] file` for defined text symbols
 local function nm(file, dynamic)
   local t = {}
@@ -122,10 +142,41 @@ describe("symbolizer", function()
   it("reads callchains leaf first, skipping PERF_CONTEXT markers, one [unknown] per run", function()
     local sym = symbols.new()
     sym:add_map(1, 0x1000, 0x1000, 0, "/x/a")
-    local user = "0xfffffffffffffe00"     -- PERF_CONTEXT_USER as the core gives it on 5.1
-    local frames = sym:callchain({ user, 0x1010, 0x1021, 0x9999, 0x9998, 0x1031 }, 1)
+    local chain = decoded_chain({ USER, 0x1010, 0x1021, 0x9999, 0x9998, 0x1031 })
+    assert.equal("user", chain[1])
+    local frames = sym:callchain(chain, 1)
     -- return addresses are looked up at addr-1
     assert.same({ "a+0x10", "a+0x20", "[unknown]", "a+0x30" }, frames)
+  end)
+
+  it("names the frames of a callchain the core's decoder made, first user frame exactly", function()
+    -- the markers come back from the decoder as names, as from any ring
+    local file = assert(os.getenv("PWD")) .. "/build/test/libpetarget.so"  -- mappings name absolute paths
+    local elf = assert(symbols.read_elf(file))
+    local f                                 -- pet_spin_inner's symbol
+    for _, s in ipairs(elf.syms) do if s.name == "pet_spin_inner" then f = s end end
+    assert.truthy(f and f.size > 8)
+    local fileoff
+    for _, l in ipairs(elf.loads) do
+      if f.addr >= l.vaddr and f.addr < l.vaddr + l.filesz then fileoff = f.addr - l.vaddr + l.offset end
+    end
+    assert.truthy(fileoff)
+    local base = 0x400000
+    local entry = base + fileoff             -- the sampled user ip: the function's first byte
+    local ret = base + fileoff + 5           -- a return address inside it
+    local chain = decoded_chain({ KERNEL, "ffffffff81000000", USER, entry, ret })
+    assert.equal("kernel", chain[1])
+    assert.equal("user", chain[3])
+    local sym = symbols.new({ kernel = false })
+    sym:add_map(42, base, 0x100000, 0, file)
+    -- the lookup the frame needs differs from the byte before it
+    assert.equal("pet_spin_inner", sym:name(entry, 42))
+    assert.are_not.equal("pet_spin_inner", sym:name(entry - 1, 42))
+    local frames = sym:callchain(chain, 42)
+    assert.same({ "[unknown]", "pet_spin_inner", "pet_spin_inner" }, frames)
+    -- the same chain with the raw marker numbers (as another tool's decoder gives it)
+    local raw = { "0xffffffffffffff80", "0xffffffff81000000", "0xfffffffffffffe00", entry, ret }
+    assert.same(frames, sym:callchain(raw, 42))
   end)
 
   it("turns every 64-bit representation into the same hex", function()

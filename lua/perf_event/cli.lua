@@ -67,11 +67,12 @@ or [unknown].
 ]],
 }
 
+local SW = core().abi.sw
 local DEFAULT_EVENTS = {
-  { type = "software", config = 1, name = "task-clock" },
-  { type = "software", config = 3, name = "context-switches" },
-  { type = "software", config = 4, name = "cpu-migrations" },
-  { type = "software", config = 2, name = "page-faults" },
+  { type = "software", config = SW.task_clock, name = "task-clock" },
+  { type = "software", config = SW.context_switches, name = "context-switches" },
+  { type = "software", config = SW.cpu_migrations, name = "cpu-migrations" },
+  { type = "software", config = SW.page_faults, name = "page-faults" },
 }
 
 -- ------------------------------------------------------------- arguments
@@ -181,7 +182,7 @@ function M.stat(argv)
   end
   if not set then
     io.stderr:write("luaperf stat: ", tostring(err), "\n")
-    if errno == 13 or errno == 1 then
+    if errno == core().abi.errno.EACCES or errno == core().abi.errno.EPERM then
       io.stderr:write("luaperf stat: see 'luaperf list' and doc/permissions.md; perf_event_paranoid is ",
                       tostring(pe().sysctl and (pe().sysctl() or {}).paranoid or "?"), "\n")
     end
@@ -260,11 +261,7 @@ local function kind_of(name)
   if name:find("^mem:") then return "Hardware breakpoint" end
   if name:find("/") then return "Kernel PMU event" end
   if name:find(":") then return "Tracepoint event" end
-  local sw = { ["cpu-clock"] = 1, ["task-clock"] = 1, ["page-faults"] = 1, faults = 1,
-               ["context-switches"] = 1, cs = 1, ["cpu-migrations"] = 1, migrations = 1,
-               ["minor-faults"] = 1, ["major-faults"] = 1, ["alignment-faults"] = 1,
-               ["emulation-faults"] = 1, dummy = 1, ["bpf-output"] = 1, ["cgroup-switches"] = 1 }
-  if sw[name] then return "Software event" end
+  if require("perf_event.events").software[name] then return "Software event" end
   if name:find("%-load") or name:find("%-store") or name:find("%-prefetch") then
     return "Hardware cache event"
   end
@@ -375,16 +372,16 @@ function M.record(argv)
   local c = core()
   c.catch_signals()
 
-  local spec = o.events[1] or { type = "software", config = 0, name = "cpu-clock" }
+  local spec = o.events[1] or { type = "software", config = SW.cpu_clock, name = "cpu-clock" }
   local specs = require("perf_event.stat").expand(spec, 1)
   local base = specs[1].attr
   local sample_type = "ip|tid|time|period|cpu"
   if o["call-graph"] then sample_type = sample_type .. "|callchain" end
 
-  local child, err, errno
+  local child, err
   local target = pid
   if not pid then
-    child, err, errno = c.spawn(o.cmd, { stopped = true })
+    child, err = c.spawn(o.cmd, { stopped = true })
     if not child then io.stderr:write("luaperf record: ", err, "\n") return 127 end
     target = child:pid()
   end
@@ -413,12 +410,12 @@ function M.record(argv)
     ev, err = pe().open(attr, { pid = target, cpu = cpu, pages = 64 })
     if not ev then
       -- a smaller ring when the mlock budget is tight
-      ev, err, errno = pe().open(attr, { pid = target, cpu = cpu, pages = 8 })
+      ev, err = pe().open(attr, { pid = target, cpu = cpu, pages = 8 })
     end
     if not ev then
       for _, e in ipairs(evs) do e:close() end
       io.stderr:write("luaperf record: ", tostring(err), "\n")
-      return errno == 13 and 1 or 1
+      return 1
     end
     evs[#evs + 1] = ev
   end

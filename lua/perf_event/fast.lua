@@ -195,7 +195,8 @@ local gbuf = ffi.new("uint64_t[?]", GROUP_MAX + 2)
 -- is made again by pe_fast_group_read / the C method; multiplexed or large
 -- values are finished from the same bytes by group_rest.
 local GEN_MAX = 16                 -- larger groups: the general path
-local GROUP_RF = 1 + 2 + 4 + 8     -- TOTAL_TIME_ENABLED|RUNNING|ID|GROUP
+local RF = core.abi.read_format    -- the layout pe.group asks for:
+local GROUP_RF = RF.total_time_enabled + RF.total_time_running + RF.id + RF.group
 local gb = ffi.new("int64_t[?]", 3 + 2 * GEN_MAX)
 local readers = setmetatable({}, { __mode = "k" })   -- group -> reader | false
 

@@ -156,7 +156,7 @@ end
 
 local function open_attr(attr, o, guest_default)
   local ev, err, errno = core_open(attr, o)
-  if not ev and errno == 22 and guest_default and attr.exclude_guest then
+  if not ev and errno == core.abi.errno.EINVAL and guest_default and attr.exclude_guest then
     attr.exclude_guest = nil
     ev, err, errno = core_open(attr, o)
   end
@@ -239,8 +239,8 @@ end
 -- without a sample_type, perf record's default one.
 
 local RECORD_FREQ = 4000
-local TYPE_TRACEPOINT = 2
-local SAMPLE_READ_BIT, SAMPLE_ID_BIT = 4, 6
+local TYPE_TRACEPOINT = core.abi.type.tracepoint
+local SAMPLE_READ, SAMPLE_ID = core.abi.sample_type.read, core.abi.sample_type.id
 
 local function is_set(v)
   return v ~= nil and v ~= false and v ~= 0
@@ -261,9 +261,7 @@ local function with_read_id(st)
   local u64 = mod("u64")
   local u = u64.from(st)
   if not u then return st end          -- the core says what is wrong with it
-  u64.setbit(u, SAMPLE_READ_BIT)
-  u64.setbit(u, SAMPLE_ID_BIT)
-  return u64.value(u)
+  return u64.value(u64.bor(u64.bor(u, u64.from(SAMPLE_READ)), u64.from(SAMPLE_ID)))
 end
 
 -- `S` on a single event that samples (a period or frequency given): as
@@ -309,8 +307,10 @@ end
 -- independent events, as perf's evlist__reset_weak_group does, and
 -- pe.group returns this table with the group's methods.
 
-local WEAK_ERRNO = { [22] = "EINVAL", [9] = "EBADF", [28] = "ENOSPC", [95] = "EOPNOTSUPP",
-                     [7] = "E2BIG" }
+local WEAK_ERRNO = {}
+for _, name in ipairs({ "EINVAL", "EBADF", "ENOSPC", "EOPNOTSUPP", "E2BIG" }) do
+  WEAK_ERRNO[core.abi.errno[name]] = name
+end
 
 -- its metatable and methods are assembled with the other classes' (class.lua)
 local WEAK_MT = require("perf_event.class").weak_mt

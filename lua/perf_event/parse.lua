@@ -7,6 +7,7 @@
 local u64 = require("perf_event.u64")
 local pmu = require("perf_event.pmu")
 local events = require("perf_event.events")
+local abi = require("perf_event.core").abi
 
 local type, pairs, ipairs, error, pcall, tostring, setmetatable, getmetatable, require =
   type, pairs, ipairs, error, pcall, tostring, setmetatable, getmetatable, require
@@ -18,6 +19,10 @@ local concat, sort = table.concat, table.sort
 local M = {}
 
 local TYPE = events.TYPE
+local ST, BR = abi.sample_type, abi.branch_sample_type
+-- hw_cache config = id | op << op_shift | result << result_shift (integers on 5.3+)
+local CACHE_OP_MUL = floor(2 ^ abi.hw_cache.op_shift)
+local CACHE_RESULT_MUL = floor(2 ^ abi.hw_cache.result_shift)
 local MODCHARS = events.modifiers
 
 ------------------------------------------------------------------------
@@ -203,12 +208,15 @@ local GENERIC_NAMES = {}
 for k in pairs(GENERIC) do GENERIC_NAMES[#GENERIC_NAMES + 1] = k end
 sort(GENERIC_NAMES)
 
-local BRANCH = {
-  u = 1, k = 2, hv = 4, any = 8, any_call = 16, any_ret = 32, ind_call = 64,
-  abort_tx = 128, in_tx = 256, no_tx = 512, cond = 1024, stack = 2048, ind_jmp = 4096,
-  call = 8192, no_flags = 16384, no_cycles = 32768, save_type = 65536, hw_index = 131072,
-  priv = 262144, counter = 524288,
-}
+-- perf's branch_type words -> the kernel's PERF_SAMPLE_BRANCH_* names
+local BRANCH = {}
+for word, name in pairs({
+  u = "user", k = "kernel", hv = "hv", any = "any", any_call = "any_call",
+  any_ret = "any_return", ind_call = "ind_call", abort_tx = "abort_tx", in_tx = "in_tx",
+  no_tx = "no_tx", cond = "cond", stack = "call_stack", ind_jmp = "ind_jump", call = "call",
+  no_flags = "no_flags", no_cycles = "no_cycles", save_type = "type_save",
+  hw_index = "hw_index", priv = "priv_save", counter = "counters",
+}) do BRANCH[word] = BR[name] end
 
 local function read_terms(st)
   -- at '/'
@@ -297,19 +305,20 @@ local function apply_generic(st, e, t, words)
       bits = small_or(bits, BRANCH[w])
     end
     a.branch_sample_type = bits
-    a.sample_type = small_or(a.sample_type, 2048)
+    a.sample_type = small_or(a.sample_type, ST.branch_stack)
   elseif n == "call-graph" then
     local mode = match(t.value, "^(%a+)")
     if mode == "fp" then
-      a.sample_type = small_or(a.sample_type, 32)
+      a.sample_type = small_or(a.sample_type, ST.callchain)
     elseif mode == "dwarf" then
-      a.sample_type = small_or(a.sample_type, 32 + 4096 + 8192)
+      a.sample_type = small_or(a.sample_type, ST.callchain + ST.regs_user + ST.stack_user)
       a.sample_regs_user = 0xff0fff
       a.exclude_callchain_user = true
       if not a.sample_stack_user then a.sample_stack_user = 8192 end
     elseif mode == "lbr" then
-      a.sample_type = small_or(a.sample_type, 32 + 2048)
-      a.branch_sample_type = small_or(a.branch_sample_type, 1 + 2048 + 16384 + 32768 + 131072)
+      a.sample_type = small_or(a.sample_type, ST.callchain + ST.branch_stack)
+      a.branch_sample_type = small_or(a.branch_sample_type,
+        BR.user + BR.call_stack + BR.no_flags + BR.no_cycles + BR.hw_index)
     elseif mode ~= "no" then
       fail(st, t.vpos, format("unknown call-graph mode '%s' (valid: fp, dwarf, lbr, no)", t.value))
     end
@@ -466,17 +475,17 @@ local function cache_event(st, word, pos)
     if o then
       if not events.cache_valid[id][o] then
         fail(st, pos, format("%s does not support '%s' (it has: %s)", events.cache_types[id + 1][1], w,
-          id == 1 and "loads, prefetches" or "loads"))
+          id == abi.hw_cache.id.l1i and "loads, prefetches" or "loads"))
       end
       op = o
     elseif res == nil then
       res = alias_index(w, events.cache_results)
     end
   end
-  op = op or 0
+  op = op or abi.hw_cache.op.read
   if not events.cache_valid[id][op] then fail(st, pos, "invalid cache operation") end
-  res = res or 0
-  return id + op * 256 + res * 65536
+  res = res or abi.hw_cache.result.access
+  return id + op * CACHE_OP_MUL + res * CACHE_RESULT_MUL
 end
 
 ------------------------------------------------------------------------
@@ -540,16 +549,16 @@ local function breakpoint_event(st, start)
       for i = 1, #acc do
         local c = sub(acc, i, i)
         if find(acc, c, i + 1, true) then fail(st, acc_pos + i, format("access '%s' given twice", c)) end
-        bp_type = bp_type + ({ r = 1, w = 2, x = 4 })[c]
+        bp_type = bp_type + abi.bp_type[c]
       end
       if peek(st) == ":" then st.pos = st.pos + 1 end
     end
     mods, mpos = read_mods(st)
   end
   event_end(st)
-  bp_type = bp_type or 3
+  bp_type = bp_type or abi.bp_type.rw
   local l = len and u64.tonumber(len) or 0
-  if l == 0 then l = (bp_type == 4) and 8 or 4 end
+  if l == 0 then l = (bp_type == abi.bp_type.x) and 8 or 4 end
   if not len or u64.tonumber(len) then len = u64.new(0, 0) end
   local e = new_entry(sub(st.s, start, st.pos - 1), {
     type = TYPE.breakpoint, config = 0, bp_type = bp_type, bp_addr = num(addr),
@@ -806,28 +815,15 @@ end
 -- ---------------------------------------------------------------------
 -- describe / tostring
 
--- perf's print order (tools/perf/util/perf_event_attr_fprintf.c)
-local ORDER = {
-  { "type" }, { "size" }, { "config" }, { "sample_period", "{ sample_period, sample_freq }" },
-  { "sample_freq", "{ sample_period, sample_freq }" }, { "sample_type" }, { "read_format" },
-  { "disabled" }, { "inherit" }, { "pinned" }, { "exclusive" }, { "exclude_user" },
-  { "exclude_kernel" }, { "exclude_hv" }, { "exclude_idle" }, { "mmap" }, { "comm" }, { "freq" },
-  { "inherit_stat" }, { "enable_on_exec" }, { "task" }, { "watermark" }, { "precise_ip" },
-  { "mmap_data" }, { "sample_id_all" }, { "exclude_host" }, { "exclude_guest" },
-  { "exclude_callchain_kernel" }, { "exclude_callchain_user" }, { "mmap2" }, { "comm_exec" },
-  { "use_clockid" }, { "context_switch" }, { "write_backward" }, { "namespaces" }, { "ksymbol" },
-  { "bpf_event" }, { "aux_output" }, { "cgroup" }, { "text_poke" }, { "build_id" },
-  { "inherit_thread" }, { "remove_on_exec" }, { "sigtrap" },
-  { "wakeup_events", "{ wakeup_events, wakeup_watermark }" },
-  { "wakeup_watermark", "{ wakeup_events, wakeup_watermark }" }, { "bp_type" },
-  { "bp_addr", "{ bp_addr, config1 }" }, { "config1", "{ bp_addr, config1 }" },
-  { "bp_len", "{ bp_len, config2 }" }, { "config2", "{ bp_len, config2 }" },
-  { "branch_sample_type" }, { "sample_regs_user" }, { "sample_stack_user" }, { "clockid" },
-  { "sample_regs_intr" }, { "aux_watermark" }, { "sample_max_stack" }, { "aux_sample_size" },
-  { "sig_data" }, { "config3" },
-}
-local HEXF = { config = true, config1 = true, config2 = true, config3 = true, bp_addr = true,
-  bp_len = true, sample_regs_user = true, sample_regs_intr = true, sig_data = true }
+-- perf's print order, labels and hex fields (perf_event_attr_fprintf.c),
+-- from the core's attr field table
+local ORDER, HEXF = {}, {}
+for _, f in ipairs(abi.attr_fields) do
+  if f.perf then
+    ORDER[#ORDER + 1] = { f.name, f.perf ~= f.name and f.perf or nil }
+    HEXF[f.name] = f.hex or nil
+  end
+end
 
 local function fmt_value(k, v)
   if v == true then return "1" end

@@ -22,6 +22,9 @@ local P = core._private
 local c_records = P.event_methods.records
 local ring_ptr, ring_error, ring_version = P.ring_ptr, P.ring_error, P.ring_version
 local ring_layouts, decode_current = P.ring_layouts, P.decode_current
+local abi = core.abi
+local TYPE_TRACEPOINT = abi.type.tracepoint
+local ST = abi.sample_type
 
 -- ---- tracepoint fields ------------------------------------------------------
 
@@ -164,10 +167,10 @@ end
 -- tracepoint id -> format (cached; false when unknown)
 local formats = {}
 
--- the tracefs format of a tracepoint event (attr type 2, config = tracepoint
--- id, name as opened), cached by id; false when unknown
+-- the tracefs format of a tracepoint event (attr type tracepoint, config =
+-- tracepoint id, name as opened), cached by id; false when unknown
 local function format_of(atype, config, name)
-  if tonumber(atype) ~= 2 then return false end
+  if tonumber(atype) ~= TYPE_TRACEPOINT then return false end
   local id = tonumber(config)
   if not id then return false end
   local cached = formats[id]
@@ -197,7 +200,8 @@ M.format_for = format_for
 
 -- ---- LuaJIT fast path ----------------------------------------------------------
 
-local SIMPLE = 0x1 + 0x2 + 0x4 + 0x8 + 0x40 + 0x80 + 0x100 + 0x200 + 0x10000
+-- the sample_type bits of the fixed-layout head of a sample (core.abi)
+local SIMPLE = abi.sample_fixed_mask
 
 local fast_iter
 if ffi and jit and core.ring_next_ptr then
@@ -220,15 +224,14 @@ if ffi and jit and core.ring_next_ptr then
     local function slot(bit, code)
       if band(st, bit) ~= 0 then fields[#fields + 1] = code(o); o = o + 1 end
     end
-    slot(0x10000, function(k) return ("id = u64(q, %d)"):format(k) end)
-    slot(0x1, function(k) return ("ip = u64(q, %d)"):format(k) end)
-    slot(0x2, function(k) return ("pid = tonumber(w[%d]), tid = tonumber(w[%d])"):format(2 * k, 2 * k + 1) end)
-    slot(0x4, function(k) return ("time = u64(q, %d)"):format(k) end)
-    slot(0x8, function(k) return ("addr = u64(q, %d)"):format(k) end)
-    slot(0x40, function(k) return ("id = u64(q, %d)"):format(k) end)
-    slot(0x200, function(k) return ("stream_id = u64(q, %d)"):format(k) end)
-    slot(0x80, function(k) return ("cpu = tonumber(w[%d])"):format(2 * k) end)
-    slot(0x100, function(k) return ("period = u64(q, %d)"):format(k) end)
+    for _, f in ipairs(abi.sample_fixed) do
+      slot(f.bit, function(k)
+        if f.field then return ("%s = u64(q, %d)"):format(f.field, k) end
+        local code = ("%s = tonumber(w[%d])"):format(f.lo, 2 * k)
+        if f.hi then code = code .. (", %s = tonumber(w[%d])"):format(f.hi, 2 * k + 1) end
+        return code
+      end)
+    end
     local ctor = "{ type = \"sample\", misc = tonumber(cast(u16p, p)[2]), " ..
       table.concat(fields, ", ") .. " }"
     local fill = {}
@@ -236,7 +239,7 @@ if ffi and jit and core.ring_next_ptr then
       for k, v in f:gmatch("([%w_]+) = ([^,]+%b())") do fill[#fill + 1] = "r." .. k .. " = " .. v end
     end
     local src = ([[
-local ring_next, cast, u16p, u32p, u64p, LIM, tonumber, error, ring_error, decode_current = ...
+local ring_next, cast, u16p, u32p, u64p, LIM, tonumber, error, ring_error, decode_current, SAMPLE = ...
 local function u64(q, k)
   local v = q[k]
   if v < LIM then return tonumber(v) end
@@ -252,7 +255,7 @@ return function(ev, ptr, pp, r)
     end
     local p = pp[0]
     local w = cast(u32p, p)
-    if w[0] ~= 9 or n ~= %d then return decode_current(ev) end
+    if w[0] ~= SAMPLE or n ~= %d then return decode_current(ev) end
     local q = cast(u64p, p)
     %s
   end
@@ -260,7 +263,7 @@ end]]):format(o * 8, reuse and ("r.type = \"sample\"; r.misc = tonumber(cast(u16
       table.concat(fill, "; ") .. "; return r") or ("return " .. ctor))
     local chunk = assert((loadstring or load)(src, "=records.fast"))
     return chunk(ring_next, cast, u16p, u32p, u64p, LIM, tonumber, error, ring_error,
-                 decode_current)
+                 decode_current, abi.record_type.sample)
   end
 
   fast_iter = function(ev, st, reuse)
@@ -278,8 +281,8 @@ M.ffi = fast_iter ~= nil
 
 -- no sample_type bit outside the fixed-layout ones the fast path reads
 local function only_simple(st)
-  if st >= 33554432 then return false end
-  for b = 0, 24 do
+  if st >= 2 ^ abi.sample_max_bit then return false end
+  for b = 0, abi.sample_max_bit - 1 do
     local v = 2 ^ b
     if (st / v) % 2 >= 1 and (SIMPLE / v) % 2 < 1 then return false end
   end
@@ -290,7 +293,7 @@ end
 local plans = setmetatable({}, { __mode = "k" })
 
 local function has_raw(st)
-  return (st / 1024) % 2 >= 1      -- PERF_SAMPLE_RAW: tracepoint fields
+  return (st / ST.raw) % 2 >= 1     -- PERF_SAMPLE_RAW: tracepoint fields
 end
 
 local function plan(ev)

@@ -14,10 +14,12 @@ local unpack = table.unpack or unpack  -- luacheck: ignore
 
 local M = {}
 
-local SOFTWARE, HARDWARE = 1, 0
-
 local function pe() return require("perf_event") end
 local function core() return require("perf_event.core") end
+
+local abi = core().abi
+local SOFTWARE, HARDWARE = abi.type.software, abi.type.hardware
+local SW, HW = abi.sw, abi.hw
 
 local function num(v)
   if type(v) == "number" then return v end
@@ -26,8 +28,7 @@ end
 
 local function type_of(attr)
   local t = attr.type
-  if t == "software" then return SOFTWARE end
-  if t == "hardware" then return HARDWARE end
+  if type(t) == "string" and abi.type[t] then return abi.type[t] end
   return tonumber(t)
 end
 
@@ -238,26 +239,26 @@ function M.derive(r)
   local task_ns, cycles, branches, cache_refs
   for _, e in ipairs(r) do
     local a = e.attr or {}
-    if is_sw(a, 1) or is_sw(a, 0) then task_ns = task_ns or e.value end
-    if is_hw(a, 0) then cycles = e.value end
-    if is_hw(a, 4) then branches = e.value end
-    if is_hw(a, 2) then cache_refs = e.value end
+    if is_sw(a, SW.task_clock) or is_sw(a, SW.cpu_clock) then task_ns = task_ns or e.value end
+    if is_hw(a, HW.cpu_cycles) then cycles = e.value end
+    if is_hw(a, HW.branch_instructions) then branches = e.value end
+    if is_hw(a, HW.cache_references) then cache_refs = e.value end
   end
   for _, e in ipairs(r) do
     local a = e.attr or {}
     e.percent = e.enabled > 0 and 100 * e.running / e.enabled or 0
-    if (is_sw(a, 1) or is_sw(a, 0)) then
+    if (is_sw(a, SW.task_clock) or is_sw(a, SW.cpu_clock)) then
       e.unit, e.display = "msec", e.value / 1e6
-      if is_sw(a, 1) and r.elapsed and r.elapsed > 0 then
+      if is_sw(a, SW.task_clock) and r.elapsed and r.elapsed > 0 then
         e.metric, e.metric_unit = e.value / (r.elapsed * 1e9), "CPUs utilized"
       end
-    elseif is_hw(a, 0) and task_ns and task_ns > 0 then
+    elseif is_hw(a, HW.cpu_cycles) and task_ns and task_ns > 0 then
       e.metric, e.metric_unit = e.value / task_ns, "GHz"
-    elseif is_hw(a, 1) and cycles and cycles > 0 then
+    elseif is_hw(a, HW.instructions) and cycles and cycles > 0 then
       e.metric, e.metric_unit = e.value / cycles, "insn per cycle"
-    elseif is_hw(a, 5) and branches and branches > 0 then
+    elseif is_hw(a, HW.branch_misses) and branches and branches > 0 then
       e.metric, e.metric_unit, e.metric_pct = 100 * e.value / branches, "of all branches", true
-    elseif is_hw(a, 3) and cache_refs and cache_refs > 0 then
+    elseif is_hw(a, HW.cache_misses) and cache_refs and cache_refs > 0 then
       e.metric, e.metric_unit, e.metric_pct = 100 * e.value / cache_refs, "of all cache refs", true
     elseif task_ns and task_ns > 0 and not e.unit then
       e.metric, e.metric_unit = rate_unit(1e9 * e.value / task_ns)

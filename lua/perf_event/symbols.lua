@@ -12,11 +12,13 @@
 -- @module perf_event.symbols
 
 local io, math, string, table = io, math, string, table
-local type, tonumber, tostring, setmetatable, ipairs, pcall = type, tonumber, tostring, setmetatable, ipairs, pcall
+local type, tonumber, tostring, setmetatable, ipairs, pairs, pcall =
+  type, tonumber, tostring, setmetatable, ipairs, pairs, pcall
 local byte, sub, find, format = string.byte, string.sub, string.find, string.format
 local floor = math.floor
 local mtype = rawget(math, "type")
 local bit = rawget(_G, "jit") and require("bit") or nil
+local abi = require("perf_event.core").abi
 
 local M = {}
 
@@ -47,15 +49,23 @@ local function user_number(h)
   return nil
 end
 
--- PERF_CONTEXT_* markers in callchains: -32 hv, -128 kernel, -512 user,
--- -2048 guest, -2176 guest kernel, -2560 guest user (>= 0xfffffffffffff001)
-local CONTEXTS = {
-  ["ffffffffffffffe0"] = "hv", ["ffffffffffffff80"] = "kernel", ["fffffffffffffe00"] = "user",
-  ["fffffffffffff800"] = "guest", ["fffffffffffff780"] = "guest_kernel",
-  ["fffffffffffff600"] = "guest_user",
-}
-local function is_marker(h)
-  return sub(h, 1, 13) == "fffffffffffff" and h >= "fffffffffffff001"
+-- PERF_CONTEXT_* markers in callchains (core.abi.context).  The decoder
+-- gives them by name ("user", "kernel", ...; abi.context_other for one it
+-- has no name for); a chain of raw numbers has the values, every one at or
+-- above PERF_CONTEXT_MAX.  CONTEXTS maps both forms to the name.
+local CONTEXTS = { [abi.context_other] = abi.context_other }
+for name, v in pairs(abi.context) do
+  CONTEXTS[name] = name
+  CONTEXTS[M.hex(v)] = name
+end
+local CONTEXT_MIN = M.hex(abi.context_max)   -- 16 hex digits compare as numbers
+
+-- the context name of a callchain entry, or nil for an address
+local function context_of(a)
+  if type(a) == "string" and CONTEXTS[a] then return CONTEXTS[a] end
+  local h = M.hex(a)
+  if h and h >= CONTEXT_MIN then return CONTEXTS[h] or abi.context_other end
+  return nil
 end
 
 -- ---------------------------------------------------------------- ELF files
@@ -311,8 +321,8 @@ function Sym:load_maps(pid)
 end
 
 --- Feeds a decoded record: mmap/mmap2 add mappings (executable ones
--- matter), fork copies the parent's, an exec (comm with misc 0x2000)
--- and exit forget them.
+-- matter), fork copies the parent's, an exec (comm with the misc bit
+-- PERF_RECORD_MISC_COMM_EXEC, `rec.exec` as decoded) and exit forget them.
 function Sym:record(rec)
   local t = rec.type
   if t == "mmap2" or t == "mmap" then
@@ -327,7 +337,8 @@ function Sym:record(rec)
       self.maps[rec.pid] = copy
     end
   elseif t == "comm" then
-    if rec.misc and rec.misc % 0x4000 >= 0x2000 then self.maps[rec.pid] = nil end
+    local x = abi.misc.comm_exec
+    if rec.exec or (rec.misc and rec.misc % (2 * x) >= x) then self.maps[rec.pid] = nil end
     self.comms = self.comms or {}
     self.comms[rec.pid] = rec.comm
   end
@@ -390,9 +401,11 @@ function Sym:callchain(chain, pid)
   local out = {}
   local first = true
   for _, a in ipairs(chain or {}) do
-    local h = M.hex(a)
-    if h and is_marker(h) then
-      first = CONTEXTS[h] ~= nil or first
+    local ctx = context_of(a)
+    local h = not ctx and M.hex(a)
+    if ctx then
+      -- a known context starts over: its first entry is the exact ip
+      first = ctx ~= abi.context_other or first
     elseif h then
       local look = a
       if not first then
