@@ -2,7 +2,8 @@
 -- LuaJIT loads too) or `luarocks --lua-version=5.4 make`, in the checkout's
 -- top directory.  `luarocks make` never fetches source.url; the project has
 -- no published archive, so the url names the checkout itself, relative to
--- where luarocks runs.
+-- where luarocks runs (`luarocks build` of this file, which would fetch it,
+-- stops there: use `luarocks make`).
 --
 -- The C core is built by the project's Makefile (the same flags, warnings,
 -- -fvisibility=hidden and every csrc/*.c, so there is no second list of
