@@ -293,9 +293,22 @@ if jit then print("ffi=" .. tostring(require("perf_event.fast").installed)) end
     -- luajit: the 5.1 rock's luaperf goes on under LuaJIT by itself; the
     -- lua5.1 suite keeps luarocks' lua5.1 with LUAPERF_LUA= (empty)
     local env = rock.interp == "lua5.1" and "LUAPERF_LUA= " or ""
-    local out, rc = sh("cd /tmp && " .. env .. luaperf .. " list task-clock")
+    local out, rc = sh("cd /tmp && " .. env .. luaperf .. " list software")
     assert.are.equal(0, rc, out)
     assert.truthy(out:find("\n%s*task%-clock%s+%[Software event%]"), out)
+    -- the names perf lists for the same class (its first name of a line:
+    -- `context-switches OR cs`)
+    if have("perf") then
+      local function names(text)
+        local t = {}
+        for name in text:gmatch("\n%s*(%S+)[^\n]-%[Software event%]") do t[#t + 1] = name end
+        table.sort(t)
+        return t
+      end
+      local theirs = "\n" .. sh("perf list software 2>/dev/null")
+      assert.truthy(#names(theirs) >= 9, theirs)
+      assert.are.same(names(theirs), names(out))
+    end
     -- the parent of the measured command is luaperf: its argv[0] names the interpreter
     out, rc = sh("cd /tmp && " .. env .. luaperf
       .. [[ stat -e task-clock -- sh -c 'echo "parent=$(tr "\0" " " < /proc/$PPID/cmdline)"']])
