@@ -338,8 +338,9 @@ describe("make doc", function()
     assert.truthy(funcs, "no Functions table")
     local listed = {}
     for name in funcs:gmatch('href="#([%w_]+)"') do listed[name] = true end
-    -- a `--- ` doc block documents the next `function M.x`, whatever lies
-    -- between (ldoc drops a block that a local declaration follows)
+    -- a `--- ` doc block documents the next `function M.x` unless a local
+    -- function, a local assignment or a field comes first (ldoc drops a
+    -- block that a bare `local x` declaration follows)
     local want, doc = {}, false
     for line in read("lua/perf_event/init.lua"):gmatch("[^\n]*") do
       if line:match("^%-%-%- ") then
@@ -347,7 +348,7 @@ describe("make doc", function()
       elseif line:match("^function M%.") then
         if doc then want[#want + 1] = line:match("^function M%.([%w_]+)") end
         doc = false
-      elseif line:match("^local function ") or line:match("^M%.[%w_]+%s*=") then
+      elseif line:match("^local function ") or line:match("^local [%w_, ]+=") or line:match("^M%.[%w_]+%s*=") then
         doc = false
       end
     end
