@@ -1,8 +1,22 @@
+-- The rock is built from a checkout: `luarocks make` (Lua 5.1, whose C module
+-- LuaJIT loads too) or `luarocks --lua-version=5.4 make`, in the checkout's
+-- top directory.  `luarocks make` never fetches source.url; the project has
+-- no published archive, so the url names the checkout itself, relative to
+-- where luarocks runs (`luarocks build` of this file, which would fetch it,
+-- stops there: use `luarocks make`).
+--
+-- The C core is built by the project's Makefile (the same flags, warnings,
+-- -fvisibility=hidden and every csrc/*.c, so there is no second list of
+-- sources here), against the headers luarocks was configured for; the build
+-- directory is named after those headers so that 5.1 and 5.4 never share an
+-- object.  Every lua/perf_event/*.lua is installed: again no list to keep.
+-- spec/rock_spec.lua builds and installs this rock into temporary trees and
+-- runs the installed luaperf and pe.open on each interpreter.
 rockspec_format = "3.0"
 package = "perf_event"
 version = "scm-1"
 source = {
-  url = "git+file:///work/main",
+  url = ".",
 }
 description = {
   summary = "Linux perf_event_open(2) for Lua: counters, groups, sampling, perf event strings",
@@ -21,31 +35,16 @@ dependencies = {
   "lua >= 5.1",
 }
 build = {
-  type = "builtin",
-  modules = {
-    ["perf_event.core"] = {
-      sources = {
-        "csrc/abi.c", "csrc/attr.c", "csrc/compat.c", "csrc/core.c", "csrc/errors.c", "csrc/event.c",
-        "csrc/readfmt.c", "csrc/ring.c", "csrc/records.c", "csrc/u64.c", "csrc/userpage.c",
-        "csrc/fast.c", "csrc/spawn.c",
-      },
-      defines = { "_GNU_SOURCE" },
-    },
-    ["perf_event"] = "lua/perf_event/init.lua",
-    ["perf_event.parse"] = "lua/perf_event/parse.lua",
-    ["perf_event.pmu"] = "lua/perf_event/pmu.lua",
-    ["perf_event.events"] = "lua/perf_event/events.lua",
-    ["perf_event.fs"] = "lua/perf_event/fs.lua",
-    ["perf_event.tracepoint"] = "lua/perf_event/tracepoint.lua",
-    ["perf_event.u64"] = "lua/perf_event/u64.lua",
-    ["perf_event.records"] = "lua/perf_event/records.lua",
-    ["perf_event.fast"] = "lua/perf_event/fast.lua",
-    ["perf_event.class"] = "lua/perf_event/class.lua",
-    ["perf_event.stat"] = "lua/perf_event/stat.lua",
-    ["perf_event.symbols"] = "lua/perf_event/symbols.lua",
-    ["perf_event.cli"] = "lua/perf_event/cli.lua",
-  },
+  type = "command",
+  build_command = [[make 'OUTDIR=build/rock$(LUA_INCDIR)' 'LUA_INC=-I$(LUA_INCDIR)' 'CFLAGS=$(CFLAGS)']],
+  install_command = [[mkdir -p '$(LIBDIR)/perf_event' '$(LUADIR)/perf_event' ]]
+    .. [[&& cp 'build/rock$(LUA_INCDIR)/perf_event/core.so' '$(LIBDIR)/perf_event/' ]]
+    .. [[&& cp lua/perf_event/*.lua '$(LUADIR)/perf_event/']],
   install = {
     bin = { luaperf = "bin/luaperf" },
   },
+}
+test = {
+  type = "command",
+  command = "make test",
 }

@@ -46,7 +46,8 @@ usage: luaperf list [PATTERN]
 Lists the events 'luaperf stat -e' and 'luaperf record -e' accept: generic
 hardware and software names, cache events, PMU events (pmu/alias/) and
 tracepoints (sys:name; tracefs must be readable, usually root).  PATTERN is a
-substring or a glob ('sched:*', '*faults').
+substring or a glob ('sched:*', '*faults'), or one of perf list's classes: hw
+(hardware), sw (software), cache (hwcache), tracepoint, pmu.
 ]],
   record = [[
 usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g] [-p PID] [-o FILE] [-- CMD ARGS...]
@@ -276,12 +277,16 @@ function M.list(argv)
   local o = parse_args("list", argv, { short = { h = "help" }, takes = {}, flags = { help = true } })
   if o.help then io.stdout:write(USAGE.list) return 0 end
   local pattern = o.cmd[1]
+  local class = pattern and ({ hw = "Hardware event", hardware = "Hardware event",
+    sw = "Software event", software = "Software event", cache = "Hardware cache event",
+    hwcache = "Hardware cache event", tracepoint = "Tracepoint event", pmu = "Kernel PMU event" })[pattern]
   local names = pe().list()
   local shown = 0
   local lines = {}
   for _, n in ipairs(names) do
     local ok = true
-    if pattern then
+    if class then ok = kind_of(n) == class
+    elseif pattern then
       if pattern:find("[*?]") then ok = n:match(glob_to_pattern(pattern)) ~= nil
       else ok = n:find(pattern, 1, true) ~= nil end
     end

@@ -184,6 +184,7 @@ local function core_opts(opts, name, auto_exclude, level)
 end
 
 --- Opens one event.
+-- @function open
 -- @param spec an event string, `{event="...", field=value...}` or a full attr table
 -- @tparam[opt] table opts `pid`, `cpu`, `group`, `cgroup`, `cloexec`, `pages`
 -- @treturn[1] perf_event.event
