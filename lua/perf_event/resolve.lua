@@ -118,7 +118,7 @@ end
 --- Checks an attr's fields the way the core will (`core.attr_encode`).
 -- @treturn[1] true
 -- @treturn[2] nil
--- @treturn[2] string the core's message (unknown field, bad value)
+-- @treturn[2] string the core's message (unknown field, bad value), as pe.open raises it
 function M.check(attr)
   local ok, err = pcall(core().attr_encode, attr)
   if ok then return true end
@@ -133,7 +133,7 @@ function M.attr(spec)
   local r, err = M.one(spec)
   if not r then return nil, err end
   local ok, cerr = M.check(r.attr)
-  if not ok then return nil, "perf_event: " .. cerr end
+  if not ok then return nil, cerr end
   return parse().attr_table(r.attr)
 end
 
@@ -148,7 +148,11 @@ function M.entries(spec)
   local out = {}
   for i, r in ipairs(list) do
     local ok, cerr = M.check(r.attr)
-    if not ok then return nil, "perf_event: " .. cerr end
+    if not ok then return nil, cerr end
+    if type(r.attr.type) == "string" then
+      -- perf -vv prints the number ("software" -> 1)
+      r.attr.type = core().attr_decode(core().attr_encode({ type = r.attr.type })).type
+    end
     if type(spec) == "string" then
       out[i] = r.entry
     else

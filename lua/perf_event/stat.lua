@@ -7,8 +7,8 @@
 -- @module perf_event.stat
 
 local string, table, math, io = string, table, math, io
-local type, ipairs, pairs, tonumber, tostring, error, setmetatable, select, pcall =
-      type, ipairs, pairs, tonumber, tostring, error, setmetatable, select, pcall
+local type, ipairs, pairs, next, tonumber, tostring, error, setmetatable, select, pcall =
+      type, ipairs, pairs, next, tonumber, tostring, error, setmetatable, select, pcall
 local format = string.format
 local unpack = table.unpack or unpack  -- luacheck: ignore
 
@@ -45,6 +45,7 @@ function M.expand(events, level)
     local list, err, kind = R.many(spec)
     if not list then
       if kind == "type" then
+        if type(spec) == "table" then error(err, level + 1) end   -- a bad field of a spec table
         error("perf_event.stat: events must be strings or spec tables, got " .. type(spec), level + 1)
       end
       return err
@@ -58,7 +59,7 @@ function M.expand(events, level)
   local err
   if type(events) == "string" then
     err = add(events)
-  elseif type(events) == "table" and events[1] == nil and (events.type or events.event) then
+  elseif type(events) == "table" and events[1] == nil and next(events) ~= nil then
     err = add(events)
   elseif type(events) == "table" then
     for _, e in ipairs(events) do
