@@ -348,3 +348,5 @@ describe("did you mean", function()
       tostring(parse.suggest_work - w0))
   end)
 end)
+
+teardown(function() os.remove(TRACE) end)
