@@ -375,12 +375,16 @@ end
 -- `t.times_running[i]` with those times, and `t.time_enabled`/`t.time_running`
 -- with the leader's. A group that opens is the ordinary group (`g.fallback`
 -- is nil).
+--
+-- As `open`: a spec that does not resolve (bad string, unknown name, an
+-- empty array) returns `nil, msg`; specs or opts of the wrong Lua type, an
+-- unknown option or attr field raise.
 -- @param specs array of specs, or a string like `"{task-clock,page-faults}:u"`
--- @tparam[opt] table opts as for `open`, plus `disabled`
+-- @tparam[opt] table opts as for `open` (`disabled`: the group stays disabled until `g:enable()`)
 -- @treturn[1] perf_event.group
 -- @treturn[2] nil
 -- @treturn[2] string
--- @treturn[2] number errno
+-- @treturn[2] number errno (nil for a spec that does not resolve)
 function M.group(specs, opts)
   local R = mod("resolve")
   local base, disabled = core_opts(opts, 2)
