@@ -120,6 +120,8 @@ local function core_opts(opts, level)
   return o, opts ~= nil and opts.disabled == true
 end
 
+local single_sample_read   -- below, with the group modifiers
+
 --- Opens one event.
 -- A spec that does not resolve (a malformed string, an unknown event or
 -- PMU, tracefs missing for a tracepoint, a string naming several events)
@@ -132,8 +134,6 @@ end
 -- @treturn[2] nil
 -- @treturn[2] string message naming the errno (or what is wrong with the spec) and what to do
 -- @treturn[2] number errno (nil for a spec that does not resolve)
-local single_sample_read   -- below, with the group modifiers
-
 function M.open(spec, opts)
   local R = mod("resolve")
   local o, disabled = core_opts(opts, 2)

@@ -109,6 +109,7 @@ end
 -- @tparam[opt] table opts `pid` (0 = self, default), `threads` (true: one
 --   counter per thread of `pid`), `cpus` (array, or true for every online
 --   CPU, with pid -1), `inherit`, `enable_on_exec`, `disabled` (default true)
+-- @tparam[opt=1] integer level where a caller mistake is raised, as for `error`
 -- @treturn[1] table set with `enable`, `disable`, `read`, `close`
 -- @treturn[2] nil
 -- @treturn[2] string
