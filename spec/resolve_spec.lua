@@ -213,49 +213,63 @@ local ORDER = { "attr", "describe", "open", "group", "stat", "luaperf" }
 
 local function first_line(s) return (tostring(s):match("^[^\n]*")) end
 
+-- runs case c through every entry point (luaperf unless in_process)
+local function check_case(c, in_process)
+  local label, spec = c[1], c[2]
+  local msgs = {}
+  for _, name in ipairs(ORDER) do
+    local skip = name == "luaperf" and (in_process or type(spec) ~= "string" or not have_strace or spec == "")
+    if not skip then
+      local r = ENTRY[name](spec)
+      local where = ("%s via %s"):format(label, name)
+      if c.ids and not (c.several and ONE[name]) then
+        assert(r.ids, ("%s refused: %s"):format(where, tostring(r.msg or r.out)))
+        assert.same(c.ids, r.ids, where)
+      elseif c.ids then
+        -- several events where one is expected
+        assert.is_nil(r.ids, where)
+        assert.falsy(r.raised, where)
+        assert.truthy(r.msg:find("names " .. #c.ids .. " events", 1, true), where .. ": " .. r.msg)
+        msgs[#msgs + 1] = first_line(r.msg)
+      else
+        assert.is_nil(r.ids, where .. " accepted it")
+        assert.equal("string", type(r.msg), where)
+        -- pe.stat words a wrong type its own way
+        local needle = c.refused
+        if c.kind == "type" and name == "stat" then
+          needle = "got " .. type(type(spec) == "table" and spec.event or spec)
+        end
+        assert(r.msg:find(needle, 1, true), ("%s: %q lacks %q"):format(where, r.msg, needle))
+        if name == "luaperf" then
+          assert.equal(1, r.rc, where)
+        elseif c.kind == "spec" or not RAISES[name] then
+          assert.falsy(r.raised, where .. " raised: " .. r.msg)
+        else
+          assert.is_true(r.raised, where .. " returned instead of raising")
+        end
+        -- the resolver's own message, word for word, wherever it reaches the caller
+        if not (c.kind == "type" and name == "stat") then msgs[#msgs + 1] = first_line(r.msg) end
+      end
+    end
+  end
+  for i = 2, #msgs do assert.equal(msgs[1], msgs[i], label) end
+end
+
 describe("one resolver behind every entry point", function()
   for _, c in ipairs(CASES) do
-    local label, spec = c[1], c[2]
-    it(label .. ": the same attr or the same refusal everywhere", function()
-      local msgs = {}
-      for _, name in ipairs(ORDER) do
-        local skip = name == "luaperf" and (type(spec) ~= "string" or not have_strace or spec == "")
-        if not skip then
-          local r = ENTRY[name](spec)
-          local where = ("%s via %s"):format(label, name)
-          if c.ids and not (c.several and ONE[name]) then
-            assert(r.ids, ("%s refused: %s"):format(where, tostring(r.msg or r.out)))
-            assert.same(c.ids, r.ids, where)
-          elseif c.ids then
-            -- several events where one is expected
-            assert.is_nil(r.ids, where)
-            assert.falsy(r.raised, where)
-            assert.truthy(r.msg:find("names " .. #c.ids .. " events", 1, true), where .. ": " .. r.msg)
-            msgs[#msgs + 1] = first_line(r.msg)
-          else
-            assert.is_nil(r.ids, where .. " accepted it")
-            assert.equal("string", type(r.msg), where)
-            -- pe.stat words a wrong type its own way
-            local needle = c.refused
-            if c.kind == "type" and name == "stat" then
-              needle = "got " .. type(type(spec) == "table" and spec.event or spec)
-            end
-            assert(r.msg:find(needle, 1, true), ("%s: %q lacks %q"):format(where, r.msg, needle))
-            if name == "luaperf" then
-              assert.equal(1, r.rc, where)
-            elseif c.kind == "spec" or not RAISES[name] then
-              assert.falsy(r.raised, where .. " raised: " .. r.msg)
-            else
-              assert.is_true(r.raised, where .. " returned instead of raising")
-            end
-            -- the resolver's own message, word for word, wherever it reaches the caller
-            if not (c.kind == "type" and name == "stat") then msgs[#msgs + 1] = first_line(r.msg) end
-          end
-        end
-      end
-      for i = 2, #msgs do assert.equal(msgs[1], msgs[i], label) end
+    it(c[1] .. ": the same attr or the same refusal everywhere", function()
+      check_case(c)
     end)
   end
+
+  it("a tracepoint while tracefs is missing: nil, msg everywhere, no raise", function()
+    local tp = require("perf_event.tracepoint")
+    tp.set_root("/nonexistent/tracefs")
+    local ok, err = pcall(check_case, { "a tracepoint without tracefs", "syscalls:sys_enter_getppid",
+      refused = "unknown tracepoint 'syscalls:sys_enter_getppid'", kind = "spec" }, true)
+    tp.set_root(nil)
+    assert(ok, err)
+  end)
 end)
 
 describe("msr/tsc/ counts on every path", function()
