@@ -33,6 +33,7 @@ build = {
     },
     ["perf_event"] = "lua/perf_event/init.lua",
     ["perf_event.parse"] = "lua/perf_event/parse.lua",
+    ["perf_event.resolve"] = "lua/perf_event/resolve.lua",
     ["perf_event.pmu"] = "lua/perf_event/pmu.lua",
     ["perf_event.events"] = "lua/perf_event/events.lua",
     ["perf_event.fs"] = "lua/perf_event/fs.lua",
