@@ -378,7 +378,10 @@ function M.record(argv)
   c.catch_signals()
 
   local spec = o.events[1] or { type = "software", config = SW.cpu_clock, name = "cpu-clock" }
-  local specs = require("perf_event.stat").expand(spec, 1)
+  local specs, serr = require("perf_event.stat").expand(spec, 1)
+  if not specs then io.stderr:write("luaperf record: ", tostring(serr), "\n") return 1 end
+  if #specs > 1 then usage_error("record", "record takes one event; '" .. spec .. "' names " .. #specs) end
+  local R = require("perf_event.resolve")
   local base = specs[1].attr
   local sample_type = "ip|tid|time|period|cpu"
   if o["call-graph"] then sample_type = sample_type .. "|callchain" end
@@ -395,7 +398,6 @@ function M.record(argv)
   for _, cpu in ipairs(cpus) do
     local attr = {}
     for k, v in pairs(base) do attr[k] = v end
-    attr.name = specs[1].name
     attr.sample_type = sample_type
     if period then attr.sample_period = period
     else attr.freq = true; attr.sample_freq = freq or 999 end
@@ -410,12 +412,14 @@ function M.record(argv)
     attr.sample_id_all = true
     attr.wakeup_events = 0
     attr.watermark = false
-    if attr.exclude_kernel == false then attr.exclude_kernel = nil end
+    -- perf's fallbacks (perf_event.resolve): user-space only on EACCES,
+    -- no exclude_guest on EINVAL
+    local r = { attr = attr, name = specs[1].name, explicit = specs[1].explicit, guest = specs[1].guest }
     local ev
-    ev, err = pe().open(attr, { pid = target, cpu = cpu, pages = 64 })
+    ev, err = R.open(r, { pid = target, cpu = cpu, pages = 64 })
     if not ev then
       -- a smaller ring when the mlock budget is tight
-      ev, err = pe().open(attr, { pid = target, cpu = cpu, pages = 8 })
+      ev, err = R.open(r, { pid = target, cpu = cpu, pages = 8 })
     end
     if not ev then
       for _, e in ipairs(evs) do e:close() end

@@ -26,7 +26,7 @@ end
 -- @treturn[2] nil
 -- @treturn[2] string what is wrong with the spec
 function M.attr(spec)
-  return mod("parse").attr(spec)
+  return mod("resolve").attr(spec)
 end
 
 --- Parses a comma-separated list of events, `{...}:mod` groups included.
@@ -84,90 +84,27 @@ end })
 local COUNT_FORMAT = "total_time_enabled|total_time_running"
 local GROUP_FORMAT = "group|id|total_time_enabled|total_time_running"
 
-local ATTR_ONLY = { event = true, name = true }
-
--- spec -> attr table (a fresh copy the caller may change), name, and
--- whether the caller chose the privilege level (so no auto exclusion)
 local function copy_attr(a)
   local c = {}
   for k, v in pairs(a) do c[k] = v end
   return c
 end
 
--- The 5th result is the parsed entry of a string spec (its `sample_read`
--- and `weak` flags say whether `S` / `W` were written), else nil.
-local function resolve(spec, level)
-  local attr, name, explicit_priv, guest, entry
-  if type(spec) == "string" then
-    local list, err = M.parse(spec)
-    if not list then error(err, level + 1) end
-    if #list ~= 1 then
-      error(("perf_event: '%s' names %d events; use pe.group for several"):format(spec, #list), level + 1)
-    end
-    attr, name, guest = copy_attr(list[1].attr), list[1].name, list[1].guest_default
-    explicit_priv = list[1].mods and list[1].mods:find("[ukh]") ~= nil
-    entry = list[1]
-  elseif type(spec) == "table" then
-    if spec.event ~= nil then
-      if type(spec.event) ~= "string" then
-        error("perf_event: spec.event must be an event string", level + 1)
-      end
-      local list, err = M.parse(spec.event)
-      if not list then error(err, level + 1) end
-      if #list ~= 1 then
-        error(("perf_event: '%s' names %d events"):format(spec.event, #list), level + 1)
-      end
-      attr, name, guest = copy_attr(list[1].attr), list[1].name, list[1].guest_default
-      explicit_priv = list[1].mods and list[1].mods:find("[ukh]") ~= nil
-      entry = list[1]
-    else
-      attr = {}
-    end
-    for k, v in pairs(spec) do
-      if not ATTR_ONLY[k] then attr[k] = v end
-    end
-    if spec.exclude_kernel ~= nil or spec.exclude_user ~= nil or spec.exclude_hv ~= nil then
-      explicit_priv = true
-    end
-    if spec.exclude_guest ~= nil then guest = nil end
-    if spec.name ~= nil then
-      name = tostring(spec.name)
-    elseif not name then
-      name = ("%s:%s"):format(tostring(attr.type), tostring(attr.config or 0))
-    end
-  else
-    error("perf_event: spec must be an event string or a table, got " .. type(spec), level + 1)
-  end
-  return attr, name, explicit_priv, guest, entry
-end
-
--- core.open, plus perf's fallback for PMUs that refuse the exclude_guest
--- bit perf sets by default on events written without modifiers (msr):
--- on EINVAL, once more without it
--- A caller mistake the core raises (unknown field, bad option) is raised
--- again at the line that called pe.open/pe.group, without our position.
-local function core_open(attr, o)
-  local ok, ev, err, errno = pcall(core.open, attr, o)
-  if not ok then
-    error((tostring(ev):gsub("^[%w%._/%-]+:%d+: ", "")), 4)
-  end
-  return ev, err, errno
-end
-
-local function open_attr(attr, o, guest_default)
-  local ev, err, errno = core_open(attr, o)
-  if not ev and errno == core.abi.errno.EINVAL and guest_default and attr.exclude_guest then
-    attr.exclude_guest = nil
-    ev, err, errno = core_open(attr, o)
-  end
-  return ev, err, errno
+-- Every spec goes through perf_event.resolve (the one spec -> attr path,
+-- shared with pe.attr, pe.describe, pe.stat and luaperf).  A Lua value of
+-- the wrong type raises at the caller's line; a spec that does not resolve
+-- (bad string, unknown name, tracefs missing) is returned as nil, msg.
+local function resolved(level, list, err, kind)
+  if not list and kind == "type" then error(err, level + 1) end
+  return list, err
 end
 
 local OPEN_OPTS = { pid = true, cpu = true, group = true, cgroup = true, cloexec = true,
                     pages = true, flags = true }
 
-local function core_opts(opts, name, auto_exclude, level)
-  local o = { name = name, auto_exclude = auto_exclude }
+-- opts -> core.open options (a fresh table) and whether `disabled` was asked
+local function core_opts(opts, level)
+  local o = {}
   if opts ~= nil then
     if type(opts) ~= "table" then
       error("perf_event: opts must be a table, got " .. type(opts), level + 1)
@@ -180,48 +117,54 @@ local function core_opts(opts, name, auto_exclude, level)
       end
     end
   end
-  return o
+  return o, opts ~= nil and opts.disabled == true
 end
 
---- Opens one event.
--- @function open
--- @param spec an event string, `{event="...", field=value...}` or a full attr table
--- @tparam[opt] table opts `pid`, `cpu`, `group`, `cgroup`, `cloexec`, `pages`
--- @treturn[1] perf_event.event
--- @treturn[2] nil
--- @treturn[2] string message naming the errno and what to do
--- @treturn[2] number errno
 local single_sample_read   -- below, with the group modifiers
 
+--- Opens one event.
+-- A spec that does not resolve (a malformed string, an unknown event or
+-- PMU, tracefs missing for a tracepoint, a string naming several events)
+-- returns `nil, msg`; a spec or opts of the wrong Lua type, an unknown
+-- option or an unknown attr field name raises.
+-- @param spec an event string, `{event="...", field=value...}` or a full attr table
+-- @tparam[opt] table opts `pid`, `cpu`, `group`, `cgroup`, `cloexec`, `pages`,
+--   `disabled` (true: the event opens disabled, as `disabled=true` in the attr)
+-- @treturn[1] perf_event.event
+-- @treturn[2] nil
+-- @treturn[2] string message naming the errno (or what is wrong with the spec) and what to do
+-- @treturn[2] number errno (nil for a spec that does not resolve)
 function M.open(spec, opts)
-  local attr, name, explicit, guest, entry = resolve(spec, 2)
-  if entry and entry.sample_read then single_sample_read(attr) end
+  local R = mod("resolve")
+  local o, disabled = core_opts(opts, 2)
+  local r, err = resolved(2, R.one(spec))
+  if not r then return nil, err end
+  local attr = r.attr
+  if r.entry and r.entry.sample_read then single_sample_read(attr) end
   if attr.read_format == nil and not attr.sample_period and not attr.sample_freq then
     attr.read_format = COUNT_FORMAT
   end
-  -- not a tail call: core_open raises at a fixed level above this frame
-  local ev, err, errno = open_attr(attr, core_opts(opts, name, not explicit, 2), guest)
-  return ev, err, errno
+  if disabled then attr.disabled = true end
+  -- not a tail call: R.open raises a caller mistake at a level counted from here
+  local ev, oerr, errno = R.open(r, o, 2)
+  return ev, oerr, errno
 end
 
+-- specs -> array of resolved specs, or nil, msg
 local function group_specs(specs, level)
+  local R = mod("resolve")
   if type(specs) == "string" then
-    local list, err = M.parse(specs)
-    if not list then error(err, level + 1) end
-    local out = {}
-    for i, e in ipairs(list) do
-      local explicit = e.mods and e.mods:find("[ukh]") ~= nil
-      out[i] = { attr = copy_attr(e.attr), name = e.name, explicit = explicit,
-                 guest = e.guest_default, sample_read = e.sample_read, weak = e.weak }
-    end
-    return out
+    return resolved(level + 1, R.many(specs))
   elseif type(specs) == "table" then
-    if #specs == 0 then error("perf_event: pe.group needs at least one event", level + 1) end
+    if #specs == 0 then return nil, "perf_event: pe.group needs at least one event" end
     local out = {}
     for i, s in ipairs(specs) do
-      local attr, name, explicit, guest, e = resolve(s, level + 1)
-      out[i] = { attr = attr, name = name, explicit = explicit, guest = guest,
-                 sample_read = e and e.sample_read, weak = e and e.weak }
+      local r, err, kind = R.one(s)
+      if not r then
+        if kind == "type" then error(err, level + 1) end
+        return nil, err
+      end
+      out[i] = r
     end
     return out
   end
@@ -340,14 +283,25 @@ local WEAK_MT = require("perf_event.class").weak_mt
 -- `t.times_running[i]` with those times, and `t.time_enabled`/`t.time_running`
 -- with the leader's. A group that opens is the ordinary group (`g.fallback`
 -- is nil).
+--
+-- As `open`: a spec that does not resolve (bad string, unknown name, an
+-- empty array) returns `nil, msg`; specs or opts of the wrong Lua type, an
+-- unknown option or attr field raise.
 -- @param specs array of specs, or a string like `"{task-clock,page-faults}:u"`
--- @tparam[opt] table opts as for `open`, plus `disabled`
+-- @tparam[opt] table opts as for `open` (`disabled`: the group stays disabled until `g:enable()`)
 -- @treturn[1] perf_event.group
 -- @treturn[2] nil
 -- @treturn[2] string
--- @treturn[2] number errno
+-- @treturn[2] number errno (nil for a spec that does not resolve)
 function M.group(specs, opts)
-  local members = group_specs(specs, 2)
+  local R = mod("resolve")
+  local base, disabled = core_opts(opts, 2)
+  local members, err0 = group_specs(specs, 2)
+  if not members then return nil, err0 end
+  for _, m in ipairs(members) do
+    local e = m.entry or {}
+    m.sample_read, m.weak = e.sample_read, e.weak
+  end
   local leader_disabled = members[1].attr.disabled
   local is_weak = false
   for _, m in ipairs(members) do
@@ -362,9 +316,9 @@ function M.group(specs, opts)
   for i, m in ipairs(members) do
     m.attr.read_format = GROUP_FORMAT
     if i == 1 then m.attr.disabled = true end
-    local o = core_opts(opts, m.name, not m.explicit, 2)
+    local o = copy_attr(base)
     if i > 1 then o.group = evs[1] end
-    local ev, err, errno = open_attr(m.attr, o, m.guest)
+    local ev, err, errno = R.open(m, o, 2)
     if not ev then
       for j = #evs, 1, -1 do evs[j]:close() end
       if not (is_weak and i > 1 and WEAK_ERRNO[errno]) then return nil, err, errno end
@@ -381,7 +335,8 @@ function M.group(specs, opts)
       a.read_format = (i == 1 and members[1].sample_read)
         and "id|" .. COUNT_FORMAT or COUNT_FORMAT
       a.disabled = true
-      local ev, err, errno = open_attr(a, core_opts(opts, m.name, not m.explicit, 2), m.guest)
+      local ev, err, errno = R.open({ attr = a, name = m.name, explicit = m.explicit, guest = m.guest },
+                                    copy_attr(base), 2)
       if not ev then
         for j = #evs, 1, -1 do evs[j]:close() end
         return nil, ("%s (weak group fallback, after the group failed: %s)")
@@ -394,7 +349,7 @@ function M.group(specs, opts)
   else
     g = core.make_group(evs)
   end
-  if not (leader_disabled or (opts and opts.disabled)) then
+  if not (leader_disabled or disabled) then
     local ok, err, errno = g:enable()
     if not ok then g:close() return nil, err, errno end
   end

@@ -59,7 +59,16 @@ local function small_or(a, b)
   return u64.tonumber(u64.bor(u64.from(a or 0), u64.from(b or 0)))
 end
 
-local function distance(a, b)
+-- "did you mean" is bounded: no suggestion for a word longer than
+-- SUGGEST_MAX_LEN, at most SUGGEST_MAX_CANDS candidates looked at, a
+-- candidate whose length alone puts it too far is skipped, and the edit
+-- distance stops as soon as a row exceeds the limit.  M.suggest_work
+-- counts the distance cells computed (specs assert on it).
+local SUGGEST_MAX_LEN, SUGGEST_MAX_CANDS = 64, 20000
+M.suggest_work = 0
+
+-- Levenshtein distance of a and b, or limit + 1 once it must exceed limit
+local function distance(a, b, limit)
   local la, lb = #a, #b
   if la == 0 then return lb end
   if lb == 0 then return la end
@@ -68,25 +77,39 @@ local function distance(a, b)
   for i = 1, la do
     local cur = { [0] = i }
     local ca = byte(a, i)
+    local row_min = i
     for j = 1, lb do
       local cost = (ca == byte(b, j)) and 0 or 1
-      cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+      local v = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+      cur[j] = v
+      if v < row_min then row_min = v end
     end
+    M.suggest_work = M.suggest_work + lb
+    if row_min > limit then return limit + 1 end
     prev = cur
   end
   return prev[lb]
 end
 
 local function suggest(word, cands)
+  if #word > SUGGEST_MAX_LEN then return {} end
+  if type(cands) == "function" then cands = cands() end
   local lw = lower(word)
+  local limit = max(2, floor(#word / 3))
   local scored = {}
   local seen = {}
-  for _, c in ipairs(cands) do
+  for n, c in ipairs(cands) do
+    if n > SUGGEST_MAX_CANDS then break end
     if not seen[c] then
       seen[c] = true
-      local d = distance(lw, lower(c))
-      if find(lower(c), lw, 1, true) and #lw >= 3 then d = min(d, 1) end
-      if d <= max(2, floor(#word / 3)) then scored[#scored + 1] = { c, d } end
+      local lc = lower(c)
+      local d
+      if #lw >= 3 and find(lc, lw, 1, true) then
+        d = 1
+      elseif #lc - #lw <= limit and #lw - #lc <= limit then
+        d = distance(lw, lc, limit)
+      end
+      if d and d <= limit then scored[#scored + 1] = { c, d } end
     end
   end
   sort(scored, function(x, y) if x[2] ~= y[2] then return x[2] < y[2] end return x[1] < y[1] end)
@@ -591,14 +614,16 @@ local function tracepoint_event(st, start, sys)
       local msg = why or ("unknown tracepoint " .. full)
       local root = tp.root()
       if root then
-        local close = suggest(full, tp.list(sys .. ":*"))
+        local close = suggest(full, function() return tp.list(sys .. ":*") end)
         if #close == 0 then
-          local syss, seen = {}, {}
-          for _, n in ipairs(tp.list()) do
-            local s = match(n, "^([^:]+)")
-            if not seen[s] then seen[s] = true; syss[#syss + 1] = s end
-          end
-          close = suggest(sys, syss)
+          close = suggest(sys, function()
+            local syss, seen = {}, {}
+            for _, n in ipairs(tp.list()) do
+              local s = match(n, "^([^:]+)")
+              if not seen[s] then seen[s] = true; syss[#syss + 1] = s end
+            end
+            return syss
+          end)
         end
         msg = format("unknown tracepoint '%s'", full)
         if #close > 0 then msg = msg .. " (did you mean: " .. concat(close, ", ") .. "?)" end
@@ -706,7 +731,7 @@ local function parse_event(st)
     return list
   end
   if c == ":" then return tracepoint_event(st, start, word) end
-  local close = suggest(word, all_event_names())
+  local close = suggest(word, all_event_names)
   fail(st, start, format("unknown event '%s'%s", word,
     #close > 0 and (" (did you mean: " .. concat(close, ", ") .. "?)") or ""))
 end
@@ -862,20 +887,14 @@ end
 local ATTR_MT = { __tostring = function(a) return M.format_attr(a) end }
 
 --- Describes a spec: for each event the attr perf would print and which
--- sysfs format terms produced which config bits.
+-- sysfs format terms produced which config bits.  The spec is resolved by
+-- perf_event.resolve, as for `pe.open`.
 -- @param spec an event string (or a table accepted by `attr`)
 -- @treturn[1] string
 -- @treturn[2] nil
 -- @treturn[2] string error
 function M.describe(spec)
-  local list, err
-  if type(spec) == "string" then
-    list, err = M.parse(spec)
-  else
-    local a
-    a, err = M.attr(spec)
-    if a then list = { { name = "(table)", attr = a, mods = "" } } end
-  end
+  local list, err = require("perf_event.resolve").entries(spec)
   if not list then return nil, err end
   local out = {}
   for _, e in ipairs(list) do
@@ -891,42 +910,25 @@ function M.describe(spec)
     if e.scale or e.unit then
       out[#out + 1] = format("  # scale %s unit %s", tostring(e.scale), tostring(e.unit))
     end
-    if e.mods ~= "" then out[#out + 1] = "  # modifiers :" .. e.mods end
+    if e.mods and e.mods ~= "" then out[#out + 1] = "  # modifiers :" .. e.mods end
   end
   return concat(out, "\n")
 end
 
+--- Gives an attr table the `__tostring` that prints it like perf -vv.
+-- @tparam table a
+-- @treturn table a
+function M.attr_table(a)
+  return setmetatable(a, ATTR_MT)
+end
+
 --- Builds one attr table from a spec (an event string, `{event="...", field=...}`,
--- or a full attr table with `type`).
+-- or a full attr table with `type`): perf_event.resolve's `attr`, as `pe.attr`.
 -- @treturn[1] table attr fields named as in linux/perf_event.h (tostring() prints it like perf -vv)
 -- @treturn[2] nil
 -- @treturn[2] string
 function M.attr(spec)
-  local a
-  if type(spec) == "string" then
-    local list, err = M.parse(spec)
-    if not list then return nil, err end
-    if #list ~= 1 then
-      return nil, format("perf_event: '%s' names %d events; pe.attr wants one (use pe.parse)", spec, #list)
-    end
-    a = list[1].attr
-  elseif type(spec) == "table" then
-    a = {}
-    if spec.event ~= nil then
-      if type(spec.event) ~= "string" then return nil, "perf_event: spec.event must be a string" end
-      local b, err = M.attr(spec.event)
-      if not b then return nil, err end
-      for k, v in pairs(b) do a[k] = v end
-    elseif spec.type == nil then
-      return nil, "perf_event: an attr table needs 'event' or 'type'"
-    end
-    for k, v in pairs(spec) do
-      if k ~= "event" and k ~= "name" then a[k] = v end
-    end
-  else
-    return nil, "perf_event: spec must be an event string or a table, got " .. type(spec)
-  end
-  return setmetatable(a, ATTR_MT)
+  return require("perf_event.resolve").attr(spec)
 end
 
 M.render_error = render

@@ -7,14 +7,13 @@
 -- @module perf_event.stat
 
 local string, table, math, io = string, table, math, io
-local type, ipairs, pairs, tonumber, tostring, error, setmetatable, select, pcall =
-      type, ipairs, pairs, tonumber, tostring, error, setmetatable, select, pcall
+local type, ipairs, pairs, next, tonumber, tostring, error, setmetatable, select, pcall =
+      type, ipairs, pairs, next, tonumber, tostring, error, setmetatable, select, pcall
 local format = string.format
 local unpack = table.unpack or unpack  -- luacheck: ignore
 
 local M = {}
 
-local function pe() return require("perf_event") end
 local function core() return require("perf_event.core") end
 
 local abi = core().abi
@@ -34,53 +33,44 @@ end
 
 -- ------------------------------------------------------------- event specs
 
---- Expands `events` into an array of `{name=, attr=, unit=, scale=}`.
+--- Expands `events` into an array of resolved specs (perf_event.resolve:
+-- `{name=, attr=, explicit=, guest=, entry=}`) with `unit=` and `scale=`.
 -- `events` is an event string ("task-clock,page-faults"), an array of
--- strings and/or attr tables, or one attr table.
+-- strings and/or spec tables, or one spec table.  A Lua value of the wrong
+-- type raises; a spec that does not resolve returns nil, msg.
 function M.expand(events, level)
   level = (level or 1) + 1
+  local R = require("perf_event.resolve")
   local out = {}
-  local function add_string(s)
-    local list, err = pe().parse(s)
-    if not list then error(err, level + 1) end
-    for _, e in ipairs(list) do
-      local attr = {}
-      for k, v in pairs(e.attr) do attr[k] = v end
-      out[#out + 1] = { name = e.name, attr = attr, unit = e.unit, scale = e.scale,
-                        explicit = e.mods ~= nil and e.mods:find("[ukh]") ~= nil }
-    end
-  end
-  local function add_table(t)
-    if t.event ~= nil then
-      local n0 = #out
-      add_string(t.event)
-      for i = n0 + 1, #out do
-        for k, v in pairs(t) do
-          if k ~= "event" and k ~= "name" then out[i].attr[k] = v end
-        end
-        if t.name then out[i].name = tostring(t.name) end
+  local function add(spec)
+    local list, err, kind = R.many(spec)
+    if not list then
+      if kind == "type" then
+        if type(spec) == "table" then error(err, level + 1) end   -- a bad field of a spec table
+        error("perf_event.stat: events must be strings or spec tables, got " .. type(spec), level + 1)
       end
-    else
-      local attr = {}
-      for k, v in pairs(t) do if k ~= "name" then attr[k] = v end end
-      local name = t.name and tostring(t.name) or format("%s:%s", tostring(t.type), tostring(t.config or 0))
-      out[#out + 1] = { name = name, attr = attr,
-                        explicit = t.exclude_kernel ~= nil or t.exclude_user ~= nil }
+      return err
+    end
+    for _, r in ipairs(list) do
+      local e = r.entry or {}
+      r.unit, r.scale = e.unit, e.scale
+      out[#out + 1] = r
     end
   end
+  local err
   if type(events) == "string" then
-    add_string(events)
-  elseif type(events) == "table" and events[1] == nil and (events.type or events.event) then
-    add_table(events)
+    err = add(events)
+  elseif type(events) == "table" and events[1] == nil and next(events) ~= nil then
+    err = add(events)
   elseif type(events) == "table" then
     for _, e in ipairs(events) do
-      if type(e) == "string" then add_string(e)
-      elseif type(e) == "table" then add_table(e)
-      else error("perf_event.stat: events must be strings or attr tables, got " .. type(e), level) end
+      err = add(e)
+      if err then break end
     end
   else
     error("perf_event.stat: events must be a string or an array, got " .. type(events), level)
   end
+  if err then return nil, err end
   if #out == 0 then error("perf_event.stat: no events given", level) end
   return out
 end
@@ -118,13 +108,17 @@ end
 -- @tparam[opt] table opts `pid` (0 = self, default), `threads` (true: one
 --   counter per thread of `pid`), `cpus` (array, or true for every online
 --   CPU, with pid -1), `inherit`, `enable_on_exec`, `disabled` (default true)
+-- @tparam[opt=1] integer level where a caller mistake is raised, as for `error`
 -- @treturn[1] table set with `enable`, `disable`, `read`, `close`
 -- @treturn[2] nil
 -- @treturn[2] string
 -- @treturn[2] number errno
-function M.open(events, opts)
+function M.open(events, opts, level)
+  level = (level or 1) + 1
   opts = opts or {}
-  local specs = M.expand(events, 2)
+  local R = require("perf_event.resolve")
+  local specs, serr = M.expand(events, level)
+  if not specs then return nil, serr end
   local pid = opts.pid or 0
   local targets = {}
   if opts.cpus then
@@ -142,17 +136,13 @@ function M.open(events, opts)
     for _, tg in ipairs(targets) do
       local attr = {}
       for k, v in pairs(s.attr) do attr[k] = v end
-      attr.name = s.name
       attr.disabled = opts.disabled ~= false
       if opts.inherit ~= nil then attr.inherit = opts.inherit end
       if opts.enable_on_exec ~= nil then attr.enable_on_exec = opts.enable_on_exec end
-      if not s.explicit then
-        -- let the core retry user-only when the kernel refuses (paranoid 2)
-        if attr.exclude_kernel == false then attr.exclude_kernel = nil end
-        if attr.exclude_hv == false then attr.exclude_hv = nil end
-      end
       attr.read_format = "total_time_enabled|total_time_running"
-      local ev, err, errno = pe().open(attr, { pid = tg.pid, cpu = tg.cpu })
+      -- perf's fallbacks (user-space only on EACCES, exclude_guest on EINVAL)
+      local ev, err, errno = R.open({ attr = attr, name = s.name, explicit = s.explicit, guest = s.guest },
+                                    { pid = tg.pid, cpu = tg.cpu }, level)
       if not ev then
         set:close()
         return nil, err, errno
@@ -349,7 +339,7 @@ function M.stat(fn, events, opts)
     error("perf_event.stat: fn must be a function, got " .. type(fn), 2)
   end
   opts = opts or {}
-  local set, err, errno = M.open(events, { pid = 0, disabled = true })
+  local set, err, errno = M.open(events, { pid = 0, disabled = true }, 2)
   if not set then return nil, err, errno end
   local now = core().now
   local args = opts.args or {}
