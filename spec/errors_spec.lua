@@ -40,6 +40,7 @@ describe("system-call errors", function()
   end)
 
   it("EINVAL for a group member whose inherit is unlike the leader's, saying so", function()
+    U.need_tracing()
     local lead = assert(pe.open({ type = "software", config = 1, name = "lead", read_format = 15 }))
     local sw = { type = "software", config = 2, name = "pf", inherit = true }
     local tp = pe.attr("syscalls:sys_enter_getppid")

@@ -20,6 +20,7 @@ end
 
 describe("ring drain", function()
   it("a 1-page ring drained while it fills loses nothing; records straddling the end are intact", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp(), { pages = 1 }))
     local size = ev:ring().data_size
     assert.equal(4096, size)
@@ -49,6 +50,7 @@ describe("ring drain", function()
   end)
 
   it("an undrained small ring: captured + lost == produced", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp(), { pages = 1 }))
     assert(ev:enable())
     rb.getppid(1000)
@@ -69,6 +71,7 @@ describe("ring drain", function()
   end)
 
   it("records() is non-blocking: an empty ring ends the loop at once", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp()))
     local n = 0
     for _ in ev:records() do n = n + 1 end
@@ -78,6 +81,7 @@ describe("ring drain", function()
   end)
 
   it("breaking out of the loop keeps the rest for the next pass", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp(), { pages = 4 }))
     assert(ev:enable())
     rb.getppid(10)
@@ -90,6 +94,7 @@ describe("ring drain", function()
   end)
 
   it("records(t) refills t with the same values a new table would hold", function()
+    U.need_tracing()
     local records = require("perf_event.records")
     local function take(reuse, ffi)
       local saved = records.ffi
@@ -128,6 +133,7 @@ end)
 
 describe("poll", function()
   it("false on timeout, true at once with unread records, false again once drained", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp({ wakeup_events = 1 })))
     assert.is_false(ev:poll(0))
     assert.is_false(ev:poll(20))
@@ -141,6 +147,7 @@ describe("poll", function()
   end)
 
   it("waits for the kernel's wakeup, then reports hup when the task is gone", function()
+    U.need_tracing()
     local pid = rb.fork_sleep(100, 3)
     local ev = assert(pe.open(tp({ wakeup_events = 1, disabled = false }), { pid = pid }))
     assert.is_true(ev:poll(5000))          -- woken by the child's first sample
@@ -158,6 +165,7 @@ describe("poll", function()
   end)
 
   it("wakeup_events holds the kernel wakeup back until N samples", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp({ wakeup_events = 5 })))
     assert(ev:enable())
     rb.getppid(4)
@@ -170,6 +178,7 @@ end)
 
 describe("overwrite mode (write_backward)", function()
   it("returns exactly the newest records, oldest first, then only what is new", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp({ write_backward = true }), { pages = 1 }))
     assert.is_true(ev:ring().backward)
     assert(ev:enable())
@@ -191,6 +200,7 @@ end)
 
 describe("set_output", function()
   it("two events share one ring; IDENTIFIER tells them apart", function()
+    U.need_tracing()
     local a = assert(pe.open(tp({ sample_type = "identifier|tid" }), { pages = 4 }))
     local b = assert(pe.open(tp({ sample_type = "identifier|tid" }), { pages = false }))
     assert(b:set_output(a))
@@ -211,6 +221,7 @@ end)
 
 describe("AUX area", function()
   it("map_aux on a PMU without AUX gives EOPNOTSUPP", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp()))
     local ok, msg, errno = ev:map_aux(4)
     assert.is_nil(ok)

@@ -39,6 +39,7 @@ end
 describe("soak", function()
   it(("%d open/mmap/read/close cycles leave fds, mappings%s flat"):format(CYCLES,
       CHECK_RSS and " and RSS" or ""), function()
+    U.need_tracing()
     local spec = { event = "syscalls:sys_enter_getppid", sample_period = 1, sample_type = "ip" }
     local function cycle(i)
       local ev = assert(pe.open(i % 2 == 0 and spec or "task-clock", { pages = i % 2 == 0 and 1 or nil }))

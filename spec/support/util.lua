@@ -96,12 +96,79 @@ function U.hex(v)
   return ("%x"):format(v)
 end
 
-function U.root_or_pending()
-  if not U.is_root() then
-    pending("needs root (CAP_SYS_ADMIN / CAP_PERFMON)")
-    return false
+-- busted's `pending` lives in the environment of the spec files, not in
+-- _G: a required module finds it in the environment of the spec function
+-- that called it (getfenv on 5.1/LuaJIT, the _ENV upvalue on 5.2+).  Inside
+-- an `it` it throws, so the test ends there as a skip carrying `msg`.
+local function env_of(f)
+  if rawget(_G, "getfenv") then return getfenv(f) end
+  for i = 1, 255 do
+    local name, v = debug.getupvalue(f, i)
+    if name == nil then return nil end
+    if name == "_ENV" then return v end
   end
+end
+
+function U.pending(msg)
+  for level = 3, 40 do
+    local info = debug.getinfo(level, "f")
+    if not info then break end
+    local env = info.func and env_of(info.func)
+    if env and env ~= _G then
+      local p = env.pending
+      if type(p) == "function" then p(msg) end
+    end
+  end
+  error("skipped but busted's pending was not found: " .. msg, 2)
+end
+
+--- skips the running test with `reason` unless `ok`
+function U.need(ok, reason)
+  if not ok then U.pending(reason) end
   return true
+end
+
+--- skips the running test unless we are root; the reason says why root
+function U.need_root(why)
+  return U.need(U.is_root(), "needs root: " .. (why or "CAP_SYS_ADMIN / CAP_PERFMON"))
+end
+
+function U.root_or_pending(why)
+  return U.need_root(why)
+end
+
+--- kernel.perf_event_paranoid as a number
+function U.paranoid()
+  local f = io.open("/proc/sys/kernel/perf_event_paranoid")
+  if not f then return 2 end
+  local n = tonumber(f:read("*l"))
+  f:close()
+  return n or 2
+end
+
+--- skips the running test unless this user may measure tracepoints, the
+-- kernel and other CPUs: root, or a user at perf_event_paranoid=-1 with a
+-- readable tracefs.  The reason names what refuses it.
+function U.can_trace()
+  return U.is_root() or (U.paranoid() <= -1 and U.tracefs() ~= nil)
+end
+
+function U.need_tracing()
+  local par, tfs = U.paranoid(), U.tracefs() ~= nil
+  if U.can_trace() then return true end
+  local why = {}
+  if not tfs then why[#why + 1] = "tracefs (the tracepoint ids) is not readable by this user" end
+  if par > -1 then
+    why[#why + 1] = ("perf_event_paranoid=%d refuses kernel-mode, CPU-wide and raw tracepoint " ..
+      "measurement to a user without CAP_PERFMON"):format(par)
+  end
+  return U.pending("needs root: " .. table.concat(why, "; "))
+end
+
+--- skips the running test unless tracefs is readable (tracepoint ids)
+function U.need_tracefs()
+  return U.need(U.tracefs() ~= nil, "tracefs is not mounted or not readable by this user " ..
+    "(mode 0700 root on many systems; tools/runtests mounts it as root)")
 end
 
 function U.lua_cmd()
