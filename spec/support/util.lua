@@ -110,7 +110,7 @@ local function env_of(f)
 end
 
 function U.pending(msg)
-  for level = 3, 40 do
+  for level = 2, 40 do
     local info = debug.getinfo(level, "f")
     if not info then break end
     local env = info.func and env_of(info.func)
@@ -162,13 +162,19 @@ function U.need_tracing()
     why[#why + 1] = ("perf_event_paranoid=%d refuses kernel-mode, CPU-wide and raw tracepoint " ..
       "measurement to a user without CAP_PERFMON"):format(par)
   end
-  return U.pending("needs root: " .. table.concat(why, "; "))
+  U.pending("needs root: " .. table.concat(why, "; "))
 end
 
 --- skips the running test unless tracefs is readable (tracepoint ids)
 function U.need_tracefs()
   return U.need(U.tracefs() ~= nil, "tracefs is not mounted or not readable by this user " ..
     "(mode 0700 root on many systems; tools/runtests mounts it as root)")
+end
+
+--- the module that has the ring simulator (sim_ring): the one place specs
+-- reach it from
+function U.sim()
+  return require("perf_event.core")
 end
 
 function U.lua_cmd()
