@@ -4,7 +4,6 @@
 -- their own event's sample_type.  Real tracepoints with exact counts, and
 -- simulated rings for the malformed cases (the asan suite checks the reads).
 local pe = require("perf_event")
-local core = require("perf_event.core")
 local petest = require("petest")
 local U = require("support.util")
 
@@ -216,7 +215,7 @@ local function ring(bytes, opts)
   while size < #bytes do size = size * 2 end
   opts.data = bytes .. string.rep("\0", size - #bytes)
   opts.head = #bytes
-  return core.sim_ring(opts)
+  return U.sim().sim_ring(opts)
 end
 
 local OWN = { id = 1, sample_type = "identifier|ip|tid" }

@@ -34,7 +34,9 @@ local function fd_count()
   local st = io.open("/proc/self/stat")
   local pid = st:read("*l"):match("^%d+")
   st:close()
-  local p = io.popen("ls /proc/" .. pid .. "/fd | wc -l")
+  -- perf_event fds only: popen's own pipe may still be open twice while
+  -- ls runs (the parent closes the child's end after the spawn returns)
+  local p = io.popen("ls -l /proc/" .. pid .. "/fd | grep -c 'anon_inode:\\[perf_event\\]'")
   local n = tonumber(p:read("*a"))
   p:close()
   return n
