@@ -192,6 +192,7 @@ describe("system-call errors", function()
 
     it("counts its own syscall tracepoint exactly with exclude_kernel (A-up21)", function()
       if not U.root_or_pending() then return end
+      U.need_tracefs()
       local id = U.tp_id("syscalls", "sys_enter_getppid")
       local out = unpriv(([[
         local pe = require("perf_event")

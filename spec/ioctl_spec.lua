@@ -152,7 +152,7 @@ end)
 
 describe("set_bpf and query_bpf", function()
   it("query_bpf on a tracepoint with no program: prog_cnt 0; on a software event: EINVAL", function()
-    if not U.root_or_pending() then return end
+    U.need_root("attaches BPF programs"); U.need_tracing()
     local ev = assert(pe.open({ type = "tracepoint", config = GETPPID, name = "g" }))
     local r = assert(ev:query_bpf())
     assert.equal(0, r.prog_cnt)
@@ -165,7 +165,7 @@ describe("set_bpf and query_bpf", function()
   end)
 
   it("attaches a TRACEPOINT program, query_bpf lists it, a second attach gives EEXIST", function()
-    if not U.root_or_pending() then return end
+    U.need_root("attaches BPF programs"); U.need_tracing()
     local pfd, err = petest.bpf_load(5)
     assert(pfd, "bpf load failed: errno " .. tostring(err))
     local ev = assert(pe.open({ type = "tracepoint", config = GETPPID, name = "g" }))

@@ -147,28 +147,56 @@ function U.paranoid()
 end
 
 --- skips the running test unless this user may measure tracepoints, the
--- kernel and other CPUs: root, or a user at perf_event_paranoid=-1 with a
+-- kernel and other CPUs: root, or a user at perf_event_paranoid=-1, with a
 -- readable tracefs.  The reason names what refuses it.
 function U.can_trace()
-  return U.is_root() or (U.paranoid() <= -1 and U.tracefs() ~= nil)
+  return (U.is_root() or U.paranoid() <= -1) and U.tracefs() ~= nil
 end
 
 function U.need_tracing()
-  local par, tfs = U.paranoid(), U.tracefs() ~= nil
   if U.can_trace() then return true end
-  local why = {}
-  if not tfs then why[#why + 1] = "tracefs (the tracepoint ids) is not readable by this user" end
-  if par > -1 then
+  local par, tfs, why = U.paranoid(), U.tracefs() ~= nil, {}
+  if not tfs then
+    why[#why + 1] = "tracefs (the tracepoint ids) is not mounted or not readable by this user"
+  end
+  if not U.is_root() and par > -1 then
     why[#why + 1] = ("perf_event_paranoid=%d refuses kernel-mode, CPU-wide and raw tracepoint " ..
       "measurement to a user without CAP_PERFMON"):format(par)
   end
-  U.pending("needs root: " .. table.concat(why, "; "))
+  U.pending((U.is_root() and "" or "needs root: ") .. table.concat(why, "; "))
+end
+
+--- skips the running test unless this user may measure kernel mode of its
+-- own processes (root, or perf_event_paranoid <= 1)
+function U.need_kernel()
+  local par = U.paranoid()
+  return U.need(U.is_root() or par <= 1, ("needs root: perf_event_paranoid=%d refuses kernel-mode " ..
+    "measurement to a user without CAP_PERFMON"):format(par))
 end
 
 --- skips the running test unless tracefs is readable (tracepoint ids)
 function U.need_tracefs()
   return U.need(U.tracefs() ~= nil, "tracefs is not mounted or not readable by this user " ..
     "(mode 0700 root on many systems; tools/runtests mounts it as root)")
+end
+
+--- a cpu-clock/task-clock sample_period (ns) for `hz` samples a second,
+-- or for a quarter of perf_event_max_sample_rate when that is lower now: the
+-- kernel lowers the limit by itself when samples take long
+function U.sample_period(hz)
+  local max = require("perf_event").sysctl().max_sample_rate
+  return math.ceil(1e9 / math.min(hz, max / 4))
+end
+
+--- the "sample" records of an array: throttle/unthrottle records come
+-- whenever the kernel throttles an event, on any machine under load
+function U.samples_only(recs)
+  local out = {}
+  for _, r in ipairs(recs) do
+    if r.type == "sample" then out[#out + 1] = r
+    else assert(r.type == "throttle" or r.type == "unthrottle", "unexpected record " .. tostring(r.type)) end
+  end
+  return out
 end
 
 --- the module that has the ring simulator (sim_ring): the one place specs
