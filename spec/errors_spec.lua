@@ -137,13 +137,13 @@ describe("system-call errors", function()
       p:close()
       local core_dir = U.searchpath("perf_event.core", package.cpath):gsub("/perf_event/core%.so$", "")
       local petest_so = U.searchpath("petest", package.cpath)
-      assert(os.execute(table.concat({
+      assert(U.exec_ok(os.execute(table.concat({
         "mkdir -p " .. d .. "/lib/perf_event " .. d .. "/test/t",
         "cp -r lua " .. d .. "/lua",
         "cp " .. core_dir .. "/perf_event/core.so " .. d .. "/lib/perf_event/",
         "cp " .. petest_so .. " " .. d .. "/test/t/",
         "cp build/test/libpetarget.so " .. d .. "/test/",
-        "chmod -R a+rX " .. d }, " && ")))
+        "chmod -R a+rX " .. d }, " && "))), "could not stage " .. d)
       stage = d
       return d
     end

@@ -199,6 +199,12 @@ function U.samples_only(recs)
   return out
 end
 
+--- whether os.execute's result means exit status 0: a number on 5.1 and
+-- LuaJIT (where `assert(os.execute(...))` always passes), true/nil on 5.2+
+function U.exec_ok(r)
+  return r == true or r == 0
+end
+
 --- the module that has the ring simulator (sim_ring): the one place specs
 -- reach it from
 function U.sim()
