@@ -109,16 +109,25 @@ local function env_of(f)
   end
 end
 
-function U.pending(msg)
-  for level = 2, 40 do
+-- the first spec environment on the stack (not _G)
+local function spec_env(from)
+  for level = from, 40 do
     local info = debug.getinfo(level, "f")
     if not info then break end
     local env = info.func and env_of(info.func)
-    if env and env ~= _G then
-      local p = env.pending
-      if type(p) == "function" then p(msg) end
-    end
+    if env and env ~= _G and rawget(env, "pending") == nil and env.pending then return env end
   end
+end
+
+-- busted wraps every spec file in one environment: kept from the spec file
+-- that first required this module (a test function that names no global
+-- has no _ENV of its own on 5.2+)
+local SPEC_ENV = spec_env(3)
+
+function U.pending(msg)
+  local env = spec_env(2) or SPEC_ENV
+  local p = env and env.pending
+  if type(p) == "function" then p(msg) end
   error("skipped but busted's pending was not found: " .. msg, 2)
 end
 
