@@ -3,6 +3,7 @@
 -- simulated ring (U.sim().sim_ring) come back as equal tables from the FFI
 -- route and from the C decoder, new tables and refilled ones alike.
 local U = require("support.util")
+require("perf_event")        -- the public module assembles event:records()
 local records = require("perf_event.records")
 
 -- the kernel's layout order of these bits (perf_event.h, perf_output_sample)
