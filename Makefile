@@ -4,6 +4,9 @@
 #   make LUA=lua5.1      C core for Lua 5.1  -> build/lua5.1/perf_event/core.so
 #   make asan            ASan+UBSan core for LuaJIT -> build/asan/perf_event/core.so
 #   make test            specs on LuaJIT, 5.4, 5.1 and the ASan core; ends "N passed, N failed"
+#                        (writes no kernel-wide sysctl; as a user, what needs root is skipped)
+#   make test-sysctl     opt-in, as root: specs that write a kernel-wide sysctl
+#                        (perf_event_max_sample_rate; restored after), spec/optin/
 #   make lint            luacheck + cppcheck
 
 LUA ?= luajit
@@ -25,7 +28,7 @@ endif
 
 TARGET := $(OUTDIR)/perf_event/core.so
 
-.PHONY: all asan test test-asan lint clean bench doc bench-read bench-records bench-nginx
+.PHONY: all asan test test-asan test-sysctl lint clean bench doc bench-read bench-records bench-nginx
 all: $(TARGET)
 
 $(TARGET): $(SRCS) $(HDRS) Makefile
@@ -74,6 +77,11 @@ test: fixtures
 
 test-asan: fixtures asan
 	PE_SUITES=asan tools/runtests
+
+# not part of `make test`: these change every perf user on the machine while
+# they run (spec/optin/*.lua do not match busted's "_spec" pattern)
+test-sysctl: fixtures all
+	PE_ALLOW_SYSCTL=1 PE_SUITES=luajit tools/runtests --pattern=. spec/optin
 
 lint:
 	luacheck lua spec bin examples bench

@@ -7,9 +7,11 @@ package.cpath = build .. "/?.so;" .. package.cpath
 
 local pe = require("perf_event")
 
--- cpu-clock samples of this thread, with user call chains
+-- cpu-clock samples of this thread, with user call chains, at 2 kHz or the
+-- kernel's current limit if that is lower (it lowers it by itself under load)
+local hz = math.min(2000, pe.sysctl().max_sample_rate)
 local ev = assert(pe.open({ type = "software", config = 0, name = "cpu-clock", freq = true,
-                            sample_freq = 2000, sample_type = "ip|tid|time|callchain" }))
+                            sample_freq = hz, sample_type = "ip|tid|time|callchain" }))
 -- work in C library code (string building, copying), so frames have names
 local s = ""
 for i = 1, 3000 do s = (s .. string.rep("x", 300)):sub(1, 400000) .. i end

@@ -15,6 +15,7 @@ end
 
 describe("tracepoint counting", function()
   it("counts exactly N getppid calls, and reset zeroes the count", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp(GETPPID)))
     ev:reset()
     petest.getppid(37)
@@ -30,6 +31,7 @@ describe("tracepoint counting", function()
   end)
 
   it("disable freezes the count and enable resumes it", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp(GETPPID, { disabled = true })))
     petest.getppid(10)
     assert.equal(0, (ev:read()))
@@ -42,6 +44,7 @@ describe("tracepoint counting", function()
   end)
 
   it("a group of a tracepoint and software events reads consistent values", function()
+    U.need_tracing()
     local g = assert(pe.group({
       tp(GETPPID),
       { type = "software", config = 1, name = "task-clock" },
@@ -67,6 +70,7 @@ describe("tracepoint counting", function()
   end)
 
   it("a group starts counting only when it is complete (members idle before)", function()
+    U.need_tracing()
     local g = assert(pe.group({ tp(GETPPID), tp(GETPPID, { name = "getppid2" }) }, { disabled = true }))
     petest.getppid(4)
     local t = g:read()
@@ -82,6 +86,7 @@ describe("tracepoint counting", function()
   end)
 
   it("a re-enabled group counts in every member (disable, reset, enable)", function()
+    U.need_tracing()
     -- 6.18 leaves siblings off after ENABLE|FLAG_GROUP on the leader that
     -- follows a group DISABLE; group:enable() enables member by member
     local g = assert(pe.group({ { type = "software", config = 1, name = "task-clock" },
@@ -103,6 +108,7 @@ describe("tracepoint counting", function()
   end)
 
   it("a member's disable without the group flag stops only the member (C-g3)", function()
+    U.need_tracing()
     local g = assert(pe.group({ tp(GETPPID), tp(GETPPID, { name = "m" }) }))
     local m = g:members()[2]
     local t0 = g:read()
@@ -286,6 +292,7 @@ end)
 
 describe("pe.enable_all / pe.disable_all (prctl)", function()
   it("stop and restart every event of the process", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp(GETPPID)))
     assert.is_true(pe.disable_all())
     petest.getppid(8)
@@ -316,6 +323,7 @@ describe("open flags and targets (CHECKLIST A)", function()
   end)
 
   it("PERF_FLAG_FD_NO_GROUP keeps an event out of the leader's group", function()
+    U.need_tracing()
     local leader = assert(core.open({ type = "tracepoint", config = GETPPID, read_format = "group" },
                                     { name = "l" }))
     local m = assert(core.open({ type = "tracepoint", config = GETPPID }, { name = "m", group = leader, flags = 1 }))
@@ -330,6 +338,7 @@ describe("open flags and targets (CHECKLIST A)", function()
   end)
 
   it("a non-leader member as group gives EINVAL (A12)", function()
+    U.need_tracing()
     local g = assert(pe.group({ tp(GETPPID), tp(GETPPID, { name = "m" }) }))
     local ev, _, errno = pe.open({ type = "software", config = 1, name = "t" }, { group = g:event(2) })
     assert.is_nil(ev)

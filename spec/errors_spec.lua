@@ -40,6 +40,7 @@ describe("system-call errors", function()
   end)
 
   it("EINVAL for a group member whose inherit is unlike the leader's, saying so", function()
+    U.need_tracing()
     local lead = assert(pe.open({ type = "software", config = 1, name = "lead", read_format = 15 }))
     local sw = { type = "software", config = 2, name = "pf", inherit = true }
     local tp = pe.attr("syscalls:sys_enter_getppid")
@@ -136,13 +137,13 @@ describe("system-call errors", function()
       p:close()
       local core_dir = U.searchpath("perf_event.core", package.cpath):gsub("/perf_event/core%.so$", "")
       local petest_so = U.searchpath("petest", package.cpath)
-      assert(os.execute(table.concat({
+      assert(U.exec_ok(os.execute(table.concat({
         "mkdir -p " .. d .. "/lib/perf_event " .. d .. "/test/t",
         "cp -r lua " .. d .. "/lua",
         "cp " .. core_dir .. "/perf_event/core.so " .. d .. "/lib/perf_event/",
         "cp " .. petest_so .. " " .. d .. "/test/t/",
         "cp build/test/libpetarget.so " .. d .. "/test/",
-        "chmod -R a+rX " .. d }, " && ")))
+        "chmod -R a+rX " .. d }, " && "))), "could not stage " .. d)
       stage = d
       return d
     end
@@ -214,6 +215,7 @@ describe("system-call errors", function()
 
     it("counts its own syscall tracepoint exactly with exclude_kernel (A-up21)", function()
       if not U.root_or_pending() then return end
+      U.need_tracefs()
       local id = U.tp_id("syscalls", "sys_enter_getppid")
       local out = unpriv(([[
         local pe = require("perf_event")

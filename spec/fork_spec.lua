@@ -37,6 +37,7 @@ describe("fork with events open", function()
   end)
 
   it("a child cannot drain the parent's ring; the parent reads every record afterwards", function()
+    U.need_tracing()
     local ev = sampler()
     assert(ev:enable())
     petest.getppid(100)
@@ -65,6 +66,7 @@ describe("fork with events open", function()
   end)
 
   it("a child that garbage-collects every event and opens its own exits cleanly", function()
+    U.need_tracing()
     local g = assert(pe.group("{task-clock,page-faults}"))
     local ev = sampler(2)
     local rc = petest.fork_run([[
@@ -98,6 +100,7 @@ end)
 
 describe("signals", function()
   it("poll() retries after EINTR and times out normally", function()
+    U.need_tracing()
     local ev = sampler(1)
     petest.itimer(2000)            -- SIGALRM every 2 ms, handler without SA_RESTART
     local ok, r = pcall(ev.poll, ev, 50)

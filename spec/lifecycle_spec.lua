@@ -53,6 +53,7 @@ describe("events", function()
   end)
 
   it("an explicitly closed event unmaps at once", function()
+    U.need_tracing()
     collectgarbage(); collectgarbage()
     local maps = U.count_perf_maps()
     local ev = assert(pe.open({ type = "tracepoint", config = GETPPID, name = "s",

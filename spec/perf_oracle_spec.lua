@@ -159,6 +159,7 @@ describe("perf oracle (perf stat -vv)", function()
 
   for _, str in ipairs(ACCEPT) do
     it("builds what perf builds for '" .. str .. "'", function()
+      U.need_tracing()
       local blocks, out = perf_blocks(str)
       assert.is_true(#blocks > 0, "perf rejected '" .. str .. "':\n" .. out)
       local list, err = parse.parse(str)

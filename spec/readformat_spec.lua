@@ -21,6 +21,7 @@ end
 describe("read_format on the real kernel", function()
   for rf = 0, 31 do
     it(("decodes read_format=%d to the documented layout"):format(rf), function()
+      U.need_tracing()
       local attr = { type = "tracepoint", config = GETPPID, read_format = rf, disabled = true }
       local leader = assert(core.open(attr, { name = "leader" }))
       local member
@@ -142,6 +143,7 @@ end)
 
 describe("pe.open's default read_format", function()
   it("reads value, time_enabled, time_running", function()
+    U.need_tracing()
     local ev = assert(pe.open({ type = "tracepoint", config = GETPPID, name = "g" }))
     petest.getppid(2)
     local v, en, run = ev:read()

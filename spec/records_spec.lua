@@ -50,13 +50,9 @@ local function all(evs, f)
   for _, ev in ipairs(evs) do f(ev) end
 end
 
-local function need_root()
-  if not U.is_root() then pending("needs root") return false end
-  return true
-end
-
 describe("samples", function()
   it("N getppid calls at period 1 give exactly N samples with our pid/tid and ordered time", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp("syscalls", "sys_enter_getppid",
       { sample_type = "ip|tid|time|cpu|period" }), { pages = 64 }))
     assert(ev:enable())
@@ -80,7 +76,9 @@ describe("samples", function()
   end)
 
   it("decodes every sample_type bit a software event allows, in the kernel's order", function()
-    local ev = assert(pe.open({ type = "software", config = 0, sample_period = 200000,
+    U.need_kernel()
+    local period = U.sample_period(5000)
+    local ev = assert(pe.open({ type = "software", config = 0, sample_period = period,
       sample_type = "identifier|ip|tid|time|addr|id|stream_id|cpu|period|read|callchain|" ..
                     "regs_user|stack_user|weight|data_src|transaction|regs_intr|phys_addr|" ..
                     "cgroup|data_page_size|code_page_size",
@@ -90,7 +88,7 @@ describe("samples", function()
     assert(ev:enable())
     rb.spin(20)
     assert(ev:disable())
-    local recs = drain(ev)
+    local recs = U.samples_only(drain(ev))
     assert.is_true(#recs >= 3)
     local id = ev:id()
     for _, r in ipairs(recs) do
@@ -98,7 +96,7 @@ describe("samples", function()
       assert.equal(id, r.id)
       assert.equal(id, r.stream_id)
       assert.equal(ME, r.pid)
-      assert.equal(200000, r.period)
+      assert.equal(period, r.period)
       assert.equal(id, r.read.id)
       assert.equal(0x1e05080021, r.data_src.value)        -- PERF_MEM_NA (E33)
       assert.equal("na", r.data_src.op_names)
@@ -120,8 +118,9 @@ describe("samples", function()
   end)
 
   it("a cpu-clock sample inside a known C function has it in the callchain #native", function()
+    U.need_kernel()
     local lo, hi = rb.spin_range()
-    local ev = assert(pe.open({ type = "software", config = 0, sample_period = 100000,
+    local ev = assert(pe.open({ type = "software", config = 0, sample_period = U.sample_period(10000),
       sample_type = "ip|tid|callchain", disabled = true, exclude_kernel = false,
       name = "cpu-clock" }, { pages = 64 }))
     assert(ev:enable())
@@ -129,7 +128,7 @@ describe("samples", function()
     assert(ev:disable())
     local found, user_ctx = 0, false
     for rec in ev:records() do
-      for _, ip in ipairs(rec.callchain) do
+      for _, ip in ipairs(rec.type == "sample" and rec.callchain or {}) do
         if ip == "user" then user_ctx = true end
         if type(ip) == "number" and ip >= lo and ip < hi then found = found + 1 break end
       end
@@ -140,6 +139,7 @@ describe("samples", function()
   end)
 
   it("raises a clean error when the ring is read after close", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp("syscalls", "sys_enter_getppid", { sample_type = "tid" })))
     ev:close()
     assert.has_error(function() for _ in ev:records() do end end)
@@ -149,6 +149,7 @@ end)
 describe("tracepoint fields", function()
   -- #native: under valgrind its own log writes land in the same tracepoint
   it("sys_enter_write samples decode fd and count as passed #native", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp("syscalls", "sys_enter_write",
       { sample_type = "tid|raw" }), { pages = 16 }))
     local fd = ev:fd()
@@ -171,7 +172,7 @@ describe("tracepoint fields", function()
   end)
 
   it("a __data_loc string decodes (sched_process_exec filename)", function()
-    if not need_root() then return end
+    U.need_tracing()
     local evs = per_cpu(tp("sched", "sched_process_exec", { sample_type = "tid|raw" }), -1)
     all(evs, function(e) assert(e:enable()) end)
     local child = rb.child("exec")
@@ -219,8 +220,17 @@ end)
 
 describe("side-band records", function()
   it("MMAP2 for a library dlopen'ed while sampling, with its path", function()
+    U.need_kernel()
     local path = ("/tmp/rb_dl_%d.so"):format(ME)
-    assert(os.execute("cp build/test/libpetarget.so " .. path) == true or true)
+    do    -- a copy under a name of our own (pid): its MMAP2 is ours alone
+      local src = assert(io.open("build/test/libpetarget.so", "rb"))
+      local bytes = src:read("*a")
+      src:close()
+      assert.is_true(#bytes > 0)
+      local dst = assert(io.open(path, "wb"))
+      assert(dst:write(bytes))
+      assert(dst:close())
+    end
     local ev = assert(pe.open(sideband({ mmap = true, mmap2 = true }), { pages = 16 }))
     assert(ev:enable())
     assert(rb.dlopen(path))
@@ -238,6 +248,7 @@ describe("side-band records", function()
   end)
 
   it("COMM, FORK and EXIT for a spawned child with inherit", function()
+    U.need_kernel()
     local evs = per_cpu(sideband({ comm = true, comm_exec = true, task = true, inherit = true }), 0)
     all(evs, function(e) assert(e:enable()) end)
     local child = rb.child("exec")
@@ -261,6 +272,7 @@ describe("side-band records", function()
   end)
 
   it("SWITCH records with context_switch, both directions", function()
+    U.need_kernel()
     local ev = assert(pe.open(sideband({ context_switch = true }), { pages = 16 }))
     assert(ev:enable())
     rb.child("sleep", 20)       -- we block in waitpid: switched out and back in
@@ -276,42 +288,11 @@ describe("side-band records", function()
     ev:close()
   end)
 
-  it("THROTTLE/UNTHROTTLE when the rate passes perf_event_max_sample_rate (restored)", function()
-    if not need_root() then return end
-    local file = "/proc/sys/kernel/perf_event_max_sample_rate"
-    local f = io.open(file)
-    local saved = f:read("*l")
-    f:close()
-    local function set(v)
-      local w = assert(io.open(file, "w"))
-      w:write(v)
-      w:close()
-    end
-    local ok, err = pcall(function()
-      set("1000")
-      local ev = assert(pe.open({ type = "software", config = 0, sample_period = 10000,
-        sample_type = "tid|time|id", sample_id_all = true, disabled = true,
-        exclude_kernel = false, name = "cpu-clock" }, { pages = 64 }))
-      assert(ev:enable())
-      rb.spin(150)
-      assert(ev:disable())
-      local th, un = 0, 0
-      for rec in ev:records() do
-        if rec.type == "throttle" then th = th + 1; assert.equal(ev:id(), rec.id) end
-        if rec.type == "unthrottle" then un = un + 1 end
-      end
-      ev:close()
-      assert.is_true(th >= 1)
-      assert.is_true(un >= 1)
-    end)
-    set(saved)
-    local g = io.open(file)
-    assert.equal(saved, g:read("*l"))
-    g:close()
-    assert(ok, err)
-  end)
+  -- THROTTLE/UNTHROTTLE need perf_event_max_sample_rate lowered, a
+  -- kernel-wide write: spec/optin/sysctl_throttle.lua (make test-sysctl)
 
   it("READ records with inherit_stat carry the child's exact count", function()
+    U.need_tracing()
     -- 6.18 does not emit them for every exiting child (about one in three
     -- here): retry with new children until one shows up, then check it exactly
     local reads, sum
@@ -347,7 +328,7 @@ describe("side-band records", function()
   end)
 
   it("NAMESPACES records (nr 7) for a child that unshares", function()
-    if not need_root() then return end
+    U.need_root("the child unshares its namespaces (CAP_SYS_ADMIN)")
     local evs = per_cpu(sideband({ namespaces = true, task = true, inherit = true }), 0)
     all(evs, function(e) assert(e:enable()) end)
     local child = rb.child("unshare", 1)
@@ -366,7 +347,7 @@ describe("side-band records", function()
   end)
 
   it("KSYMBOL and BPF_EVENT for a BPF program loaded and unloaded", function()
-    if not need_root() then return end
+    U.need_root("loads a BPF program (CAP_BPF, CAP_PERFMON)")
     local ev = assert(pe.open(sideband({ ksymbol = true, bpf_event = true }), { pages = 16 }))
     assert(ev:enable())
     assert(rb.bpf_cycle())
@@ -389,7 +370,7 @@ describe("side-band records", function()
   end)
 
   it("CGROUP record for a new cgroup directory, with its path", function()
-    if not need_root() then return end
+    U.need_root("creates a cgroup directory")
     local root = "/sys/fs/cgroup/unified"
     local f = io.open(root .. "/cgroup.procs")
     if not f then pending("no cgroup2 at " .. root) return end
@@ -412,7 +393,7 @@ end)
 
 describe("system-wide sampling", function()
   it("one ring per CPU (pid=-1) sees exactly our N samples", function()
-    if not need_root() then return end
+    U.need_tracing()
     local evs = per_cpu(tp("syscalls", "sys_enter_getppid", { sample_type = "tid|cpu" }), -1, 64)
     all(evs, function(e) assert(e:enable()) end)
     rb.getppid(300)

@@ -3,7 +3,6 @@
 -- overwrite (write_backward) mode, set_output sharing, AUX mapping errors;
 -- and the same code on simulated rings for what the kernel never produces.
 local pe = require("perf_event")
-local core = require("perf_event.core")
 local rb = require("support.rb_build")
 local U = require("support.util")
 
@@ -20,6 +19,7 @@ end
 
 describe("ring drain", function()
   it("a 1-page ring drained while it fills loses nothing; records straddling the end are intact", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp(), { pages = 1 }))
     local size = ev:ring().data_size
     assert.equal(4096, size)
@@ -49,6 +49,7 @@ describe("ring drain", function()
   end)
 
   it("an undrained small ring: captured + lost == produced", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp(), { pages = 1 }))
     assert(ev:enable())
     rb.getppid(1000)
@@ -69,6 +70,7 @@ describe("ring drain", function()
   end)
 
   it("records() is non-blocking: an empty ring ends the loop at once", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp()))
     local n = 0
     for _ in ev:records() do n = n + 1 end
@@ -78,6 +80,7 @@ describe("ring drain", function()
   end)
 
   it("breaking out of the loop keeps the rest for the next pass", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp(), { pages = 4 }))
     assert(ev:enable())
     rb.getppid(10)
@@ -90,6 +93,7 @@ describe("ring drain", function()
   end)
 
   it("records(t) refills t with the same values a new table would hold", function()
+    U.need_tracing()
     local records = require("perf_event.records")
     local function take(reuse, ffi)
       local saved = records.ffi
@@ -128,6 +132,7 @@ end)
 
 describe("poll", function()
   it("false on timeout, true at once with unread records, false again once drained", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp({ wakeup_events = 1 })))
     assert.is_false(ev:poll(0))
     assert.is_false(ev:poll(20))
@@ -141,6 +146,7 @@ describe("poll", function()
   end)
 
   it("waits for the kernel's wakeup, then reports hup when the task is gone", function()
+    U.need_tracing()
     local pid = rb.fork_sleep(100, 3)
     local ev = assert(pe.open(tp({ wakeup_events = 1, disabled = false }), { pid = pid }))
     assert.is_true(ev:poll(5000))          -- woken by the child's first sample
@@ -158,6 +164,7 @@ describe("poll", function()
   end)
 
   it("wakeup_events holds the kernel wakeup back until N samples", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp({ wakeup_events = 5 })))
     assert(ev:enable())
     rb.getppid(4)
@@ -170,6 +177,7 @@ end)
 
 describe("overwrite mode (write_backward)", function()
   it("returns exactly the newest records, oldest first, then only what is new", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp({ write_backward = true }), { pages = 1 }))
     assert.is_true(ev:ring().backward)
     assert(ev:enable())
@@ -191,6 +199,7 @@ end)
 
 describe("set_output", function()
   it("two events share one ring; IDENTIFIER tells them apart", function()
+    U.need_tracing()
     local a = assert(pe.open(tp({ sample_type = "identifier|tid" }), { pages = 4 }))
     local b = assert(pe.open(tp({ sample_type = "identifier|tid" }), { pages = false }))
     assert(b:set_output(a))
@@ -211,6 +220,7 @@ end)
 
 describe("AUX area", function()
   it("map_aux on a PMU without AUX gives EOPNOTSUPP", function()
+    U.need_tracing()
     local ev = assert(pe.open(tp()))
     local ok, msg, errno = ev:map_aux(4)
     assert.is_nil(ok)
@@ -223,7 +233,7 @@ describe("AUX area", function()
     local area = {}
     for i = 0, 63 do area[i + 1] = string.char(65 + i % 26) end
     area = table.concat(area)
-    local ev = core.sim_ring({ data = string.rep("\0", 64), head = 0, aux = area,
+    local ev = U.sim().sim_ring({ data = string.rep("\0", 64), head = 0, aux = area,
                                aux_tail = 60, aux_head = 70 })
     assert.equal(area:sub(61, 64) .. area:sub(1, 6), ev:aux())
     assert.equal("", ev:aux())                  -- aux_tail was published
@@ -245,7 +255,7 @@ describe("simulated rings", function()
     -- 64-byte ring; tail at 56: the record at 56..71 wraps to 0..7
     local r = sample(0x1234)
     local data = r:sub(9, 16) .. string.rep("\0", 48) .. r:sub(1, 8)
-    local ev = core.sim_ring({ data = data, tail = 56, head = 72, sample_type = "ip" })
+    local ev = U.sim().sim_ring({ data = data, tail = 56, head = 72, sample_type = "ip" })
     local got = {}
     for x in ev:records() do got[#got + 1] = x end
     assert.equal(1, #got)
@@ -258,7 +268,7 @@ describe("simulated rings", function()
     for _, case in ipairs({ { size = 0 }, { size = 4 }, { size = 12 }, { size = 80 } }) do
       local hdr = "\9\0\0\0\0\0" .. string.char(case.size % 256, math.floor(case.size / 256))
       local data = hdr .. string.rep("\0", 56)
-      local ev = core.sim_ring({ data = data, head = 32, sample_type = "ip" })
+      local ev = U.sim().sim_ring({ data = data, head = 32, sample_type = "ip" })
       local ok, err = pcall(function() for _ in ev:records() do end end)
       assert.is_false(ok)
       assert.matches("corrupt record", err)
@@ -271,7 +281,7 @@ describe("simulated rings", function()
   end)
 
   it("a head more than the ring size ahead of the tail is an error", function()
-    local ev = core.sim_ring({ data = string.rep("\0", 64), head = 1000, sample_type = "ip" })
+    local ev = U.sim().sim_ring({ data = string.rep("\0", 64), head = 1000, sample_type = "ip" })
     local ok, err = pcall(function() for _ in ev:records() do end end)
     assert.is_false(ok)
     assert.matches("out of sync", err)
@@ -279,7 +289,7 @@ describe("simulated rings", function()
   end)
 
   it("a sample longer than its sample_type says is an error naming the mismatch", function()
-    local ev = core.sim_ring({ data = sample(5) .. string.rep("\0", 48), head = 16,
+    local ev = U.sim().sim_ring({ data = sample(5) .. string.rep("\0", 48), head = 16,
                                sample_type = "ip|tid" })
     local ok, err = pcall(function() for _ in ev:records() do end end)
     assert.is_false(ok)
@@ -289,7 +299,7 @@ describe("simulated rings", function()
 
   it("LOST and LOST_SAMPLES records add up in lost()", function()
     local data = rec(2, U.le64(7) .. U.le64(11)) .. rec(13, U.le64(5)) .. string.rep("\0", 24)
-    local ev = core.sim_ring({ data = data, head = 40 })
+    local ev = U.sim().sim_ring({ data = data, head = 40 })
     local types = {}
     for x in ev:records() do types[#types + 1] = x.type end
     assert.same({ "lost", "lost_samples" }, types)
@@ -306,7 +316,7 @@ describe("simulated rings", function()
     local a, b = sample(0xa), sample(0xb)
     local cut = "\9\0\0\0\0\0\32\0" .. U.le64(0xc)
     local data = string.rep("\0", 16) .. a .. b .. cut
-    local ev = core.sim_ring({ data = data, head = "0xffffffffffffffd0",
+    local ev = U.sim().sim_ring({ data = data, head = "0xffffffffffffffd0",
                                write_backward = true, sample_type = "ip" })
     local ips = {}
     for x in ev:records() do ips[#ips + 1] = x.ip end

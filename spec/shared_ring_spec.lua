@@ -4,7 +4,7 @@
 -- their own event's sample_type.  Real tracepoints with exact counts, and
 -- simulated rings for the malformed cases (the asan suite checks the reads).
 local pe = require("perf_event")
-local core = require("perf_event.core")
+local core = require("perf_event.core")  -- luacheck: ignore 211 (main reads core._private)
 local petest = require("petest")
 local U = require("support.util")
 -- the core's ring hook (a function of the event, not a method)
@@ -58,6 +58,7 @@ end
 
 describe("a ring shared by events with different sample_type", function()
   it("N + M samples come back attributed, each decoded with its own event's layout", function()
+    U.need_tracing()
     local ev1, ev2 = pair("identifier|ip|tid|time", "identifier|tid|period|raw")
     local N, M = 300, 200
     run(ev1, ev2, N, M)
@@ -91,6 +92,7 @@ describe("a ring shared by events with different sample_type", function()
   end)
 
   it("tracepoint fields come from each record's own event when the layouts are equal", function()
+    U.need_tracing()
     local ev1, ev2 = pair("identifier|tid|raw", "identifier|tid|raw")
     run(ev1, ev2, 3, 4)
     local a, b = by_id(drain(ev1), ev1, ev2)
@@ -108,6 +110,7 @@ describe("a ring shared by events with different sample_type", function()
   end)
 
   it("set_output(nil) and close forget the layout; left-over records give a clear error", function()
+    U.need_tracing()
     local ev1, ev2 = pair("identifier|ip|tid", "identifier|tid|raw")
     local _, lays = ring_layouts(ev1)
     assert.is_table(lays[ev2:id()])
@@ -133,6 +136,7 @@ describe("a ring shared by events with different sample_type", function()
   end)
 
   it("different layouts without identifier raise an error that says what to add", function()
+    U.need_tracing()
     local ev1, ev2 = pair("ip|tid", "tid|raw")
     run(ev1, ev2, 1, 1)
     local ok, err = pcall(drain, ev1)
@@ -145,6 +149,7 @@ describe("a ring shared by events with different sample_type", function()
   end)
 
   it("an event redirected to a redirected event joins the first ring (three layouts)", function()
+    U.need_tracing()
     local t = tp("sys_enter_getppid", "identifier|ip")
     local ev1 = assert(pe.open(t, { pages = 16 }))
     t.sample_type = "identifier|tid"
@@ -168,6 +173,7 @@ describe("a ring shared by events with different sample_type", function()
   end)
 
   it("the ring's owner may go first: the members' tables stay valid (asan)", function()
+    U.need_tracing()
     collectgarbage(); collectgarbage()
     local fds = U.count_perf_fds()
     local ev1, ev2 = pair("identifier|ip", "identifier|tid|raw")
@@ -184,6 +190,7 @@ describe("a ring shared by events with different sample_type", function()
   end)
 
   it("equal layouts decode as before (the FFI path stays on)", function()
+    U.need_tracing()
     local ev1, ev2 = pair("identifier|tid", "identifier|tid")
     local by_id_flag, lays = ring_layouts(ev1)
     assert.is_false(by_id_flag)
@@ -211,7 +218,7 @@ local function ring(bytes, opts)
   while size < #bytes do size = size * 2 end
   opts.data = bytes .. string.rep("\0", size - #bytes)
   opts.head = #bytes
-  return core.sim_ring(opts)
+  return U.sim().sim_ring(opts)
 end
 
 local OWN = { id = 1, sample_type = "identifier|ip|tid" }

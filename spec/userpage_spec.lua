@@ -7,6 +7,7 @@
 -- on Lua 5.4, recomputed here with the D20 formula in native integers.
 local core = require("perf_event.core")
 local pe = require("perf_event")
+local U = require("support.util")
 
 local RDPMC, TIME, TIME_ZERO, TIME_SHORT = 4, 8, 16, 32
 local u64 = core.u64   -- a value as the core returns it on this interpreter
@@ -20,7 +21,7 @@ local d20 = _VERSION == "Lua 5.4" and load([[
     return time_offset + quot * mult + ((rem * mult) >> shift)
   end]])()
 
-local function sim(t) return core._userpage_sim(t) end
+local function sim(t) return U.sim()._userpage_sim(t) end
 
 describe("user page read (simulated page, injected rdpmc/rdtsc)", function()
   it("adds the rdpmc value to offset and passes index-1 to rdpmc", function()

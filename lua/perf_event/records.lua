@@ -260,7 +260,7 @@ return function(ev, ptr, pp, r)
     %s
   end
 end]]):format(o * 8, reuse and ("r.type = \"sample\"; r.misc = tonumber(cast(u16p, p)[2]); " ..
-      table.concat(fill, "; ") .. "; return r") or ("return " .. ctor))
+      table.concat(fill, "; ") .. (#fill > 0 and "; " or "") .. "return r") or ("return " .. ctor))
     local chunk = assert((loadstring or load)(src, "=records.fast"))
     return chunk(ring_next, cast, u16p, u32p, u64p, LIM, tonumber, error, ring_error,
                  decode_current, abi.record_type.sample)

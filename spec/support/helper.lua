@@ -11,3 +11,18 @@ end
 local testdir = "build/test/" .. (jit and "luajit" or _VERSION:gsub("Lua ", "lua"))
 package.cpath = build .. "/?.so;" .. testdir .. "/?.so;" .. package.cpath
 package.path = "lua/?.lua;lua/?/init.lua;spec/?.lua;" .. package.path
+
+-- `make test` writes no kernel-wide setting: a spec opening a /proc/sys file
+-- for writing fails here.  The opt-in specs (spec/optin/, make test-sysctl)
+-- run with PE_ALLOW_SYSCTL=1.
+if os.getenv("PE_ALLOW_SYSCTL") ~= "1" then
+  local open = io.open
+  io.open = function(path, mode, ...)          -- luacheck: ignore 122
+    if type(path) == "string" and type(mode) == "string" and mode:find("[wa+]")
+       and path:gsub("/+", "/"):find("^/proc/sys/") then
+      error("a spec opened the kernel-wide " .. path .. " for writing: such specs are opt-in " ..
+            "(spec/optin/, make test-sysctl)", 2)
+    end
+    return open(path, mode, ...)
+  end
+end

@@ -96,12 +96,128 @@ function U.hex(v)
   return ("%x"):format(v)
 end
 
-function U.root_or_pending()
-  if not U.is_root() then
-    pending("needs root (CAP_SYS_ADMIN / CAP_PERFMON)")
-    return false
+-- busted's `pending` lives in the environment of the spec files, not in
+-- _G: a required module finds it in the environment of the spec function
+-- that called it (getfenv on 5.1/LuaJIT, the _ENV upvalue on 5.2+).  Inside
+-- an `it` it throws, so the test ends there as a skip carrying `msg`.
+local function env_of(f)
+  if rawget(_G, "getfenv") then return getfenv(f) end
+  for i = 1, 255 do
+    local name, v = debug.getupvalue(f, i)
+    if name == nil then return nil end
+    if name == "_ENV" then return v end
   end
+end
+
+-- the first spec environment on the stack (not _G)
+local function spec_env(from)
+  for level = from, 40 do
+    local info = debug.getinfo(level, "f")
+    if not info then break end
+    local env = info.func and env_of(info.func)
+    if env and env ~= _G and rawget(env, "pending") == nil and env.pending then return env end
+  end
+end
+
+-- busted wraps every spec file in one environment: kept from the spec file
+-- that first required this module (a test function that names no global
+-- has no _ENV of its own on 5.2+)
+local SPEC_ENV = spec_env(3)
+
+function U.pending(msg)
+  local env = spec_env(2) or SPEC_ENV
+  local p = env and env.pending
+  if type(p) == "function" then p(msg) end
+  error("skipped but busted's pending was not found: " .. msg, 2)
+end
+
+--- skips the running test with `reason` unless `ok`
+function U.need(ok, reason)
+  if not ok then U.pending(reason) end
   return true
+end
+
+--- skips the running test unless we are root; the reason says why root
+function U.need_root(why)
+  return U.need(U.is_root(), "needs root: " .. (why or "CAP_SYS_ADMIN / CAP_PERFMON"))
+end
+
+function U.root_or_pending(why)
+  return U.need_root(why)
+end
+
+--- kernel.perf_event_paranoid as a number
+function U.paranoid()
+  local f = io.open("/proc/sys/kernel/perf_event_paranoid")
+  if not f then return 2 end
+  local n = tonumber(f:read("*l"))
+  f:close()
+  return n or 2
+end
+
+--- skips the running test unless this user may measure tracepoints, the
+-- kernel and other CPUs: root, or a user at perf_event_paranoid=-1, with a
+-- readable tracefs.  The reason names what refuses it.
+function U.can_trace()
+  return (U.is_root() or U.paranoid() <= -1) and U.tracefs() ~= nil
+end
+
+function U.need_tracing()
+  if U.can_trace() then return true end
+  local par, tfs, why = U.paranoid(), U.tracefs() ~= nil, {}
+  if not tfs then
+    why[#why + 1] = "tracefs (the tracepoint ids) is not mounted or not readable by this user"
+  end
+  if not U.is_root() and par > -1 then
+    why[#why + 1] = ("perf_event_paranoid=%d refuses kernel-mode, CPU-wide and raw tracepoint " ..
+      "measurement to a user without CAP_PERFMON"):format(par)
+  end
+  U.pending((U.is_root() and "" or "needs root: ") .. table.concat(why, "; "))
+end
+
+--- skips the running test unless this user may measure kernel mode of its
+-- own processes (root, or perf_event_paranoid <= 1)
+function U.need_kernel()
+  local par = U.paranoid()
+  return U.need(U.is_root() or par <= 1, ("needs root: perf_event_paranoid=%d refuses kernel-mode " ..
+    "measurement to a user without CAP_PERFMON"):format(par))
+end
+
+--- skips the running test unless tracefs is readable (tracepoint ids)
+function U.need_tracefs()
+  return U.need(U.tracefs() ~= nil, "tracefs is not mounted or not readable by this user " ..
+    "(mode 0700 root on many systems; tools/runtests mounts it as root)")
+end
+
+--- a cpu-clock/task-clock sample_period (ns) for `hz` samples a second,
+-- or for a quarter of perf_event_max_sample_rate when that is lower now: the
+-- kernel lowers the limit by itself when samples take long
+function U.sample_period(hz)
+  local max = require("perf_event").sysctl().max_sample_rate
+  return math.ceil(1e9 / math.min(hz, max / 4))
+end
+
+--- the "sample" records of an array: throttle/unthrottle records come
+-- whenever the kernel throttles an event, on any machine under load
+function U.samples_only(recs)
+  local out = {}
+  for _, r in ipairs(recs) do
+    if r.type == "sample" then out[#out + 1] = r
+    else assert(r.type == "throttle" or r.type == "unthrottle", "unexpected record " .. tostring(r.type)) end
+  end
+  return out
+end
+
+--- whether os.execute's result means exit status 0: a number on 5.1 and
+-- LuaJIT (where `assert(os.execute(...))` always passes), true/nil on 5.2+
+function U.exec_ok(r)
+  return r == true or r == 0
+end
+
+--- the module that has the ring simulator (sim_ring): the one place specs
+-- reach it from
+function U.sim()
+  return require("perf_event.core")
 end
 
 function U.lua_cmd()
