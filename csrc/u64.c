@@ -173,3 +173,28 @@ uint64_t pe_check_u64(lua_State *L, int arg)
     luaL_argerror(L, arg, lua_pushfstring(L, "%s, got %s", why, luaL_typename(L, arg)));
   return v;
 }
+
+uint64_t pe_opt_u64(lua_State *L, int t, const char *k, uint64_t dflt)
+{
+  uint64_t v = dflt;
+  const char *why;
+  lua_getfield(L, t, k);
+  if (!lua_isnil(L, -1) && !pe_to_u64(L, -1, &v, &why))
+    luaL_error(L, "field '%s': %s, got %s", k, why, luaL_typename(L, -1));
+  lua_pop(L, 1);
+  return v;
+}
+
+int pe_check_int(lua_State *L, int idx, const char *what, int lo, int hi)
+{
+  lua_Number n;
+  if (lua_type(L, idx) != LUA_TNUMBER)
+    return luaL_error(L, "%s: expected an integer, got %s", what, luaL_typename(L, idx));
+  n = lua_tonumber(L, idx);
+  /* compared as doubles before any cast: (int)1e12 is undefined */
+  if (!(n >= (lua_Number)lo && n <= (lua_Number)hi))
+    return luaL_error(L, "%s: %f is out of range (argument must be %d..%d)", what, n, lo, hi);
+  if (n != (lua_Number)(int)n)
+    return luaL_error(L, "%s: %f is not an integer", what, n);
+  return (int)n;
+}

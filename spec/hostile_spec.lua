@@ -314,7 +314,7 @@ describe("hostile bytes through the decoders", function()
 
   it("poll(0) on a drained simulated ring returns false at once (no spin on a ready fd)", function()
     local ring = string.char(14, 0, 0, 0, 0, 0, 8, 0) .. string.rep("\0", 56)   -- one SWITCH
-    local ev = core.sim_ring({ data = ring, head = 8, tail = 0 })
+    local ev = U.sim().sim_ring({ data = ring, head = 8, tail = 0 })
     assert.is_true(ev:poll(0))
     local n = 0
     for rec in ev:records() do n = n + 1; assert.equal("switch", rec.type) end

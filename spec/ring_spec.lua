@@ -223,7 +223,7 @@ describe("AUX area", function()
     local area = {}
     for i = 0, 63 do area[i + 1] = string.char(65 + i % 26) end
     area = table.concat(area)
-    local ev = core.sim_ring({ data = string.rep("\0", 64), head = 0, aux = area,
+    local ev = U.sim().sim_ring({ data = string.rep("\0", 64), head = 0, aux = area,
                                aux_tail = 60, aux_head = 70 })
     assert.equal(area:sub(61, 64) .. area:sub(1, 6), ev:aux())
     assert.equal("", ev:aux())                  -- aux_tail was published
@@ -245,7 +245,7 @@ describe("simulated rings", function()
     -- 64-byte ring; tail at 56: the record at 56..71 wraps to 0..7
     local r = sample(0x1234)
     local data = r:sub(9, 16) .. string.rep("\0", 48) .. r:sub(1, 8)
-    local ev = core.sim_ring({ data = data, tail = 56, head = 72, sample_type = "ip" })
+    local ev = U.sim().sim_ring({ data = data, tail = 56, head = 72, sample_type = "ip" })
     local got = {}
     for x in ev:records() do got[#got + 1] = x end
     assert.equal(1, #got)
@@ -258,7 +258,7 @@ describe("simulated rings", function()
     for _, case in ipairs({ { size = 0 }, { size = 4 }, { size = 12 }, { size = 80 } }) do
       local hdr = "\9\0\0\0\0\0" .. string.char(case.size % 256, math.floor(case.size / 256))
       local data = hdr .. string.rep("\0", 56)
-      local ev = core.sim_ring({ data = data, head = 32, sample_type = "ip" })
+      local ev = U.sim().sim_ring({ data = data, head = 32, sample_type = "ip" })
       local ok, err = pcall(function() for _ in ev:records() do end end)
       assert.is_false(ok)
       assert.matches("corrupt record", err)
@@ -271,7 +271,7 @@ describe("simulated rings", function()
   end)
 
   it("a head more than the ring size ahead of the tail is an error", function()
-    local ev = core.sim_ring({ data = string.rep("\0", 64), head = 1000, sample_type = "ip" })
+    local ev = U.sim().sim_ring({ data = string.rep("\0", 64), head = 1000, sample_type = "ip" })
     local ok, err = pcall(function() for _ in ev:records() do end end)
     assert.is_false(ok)
     assert.matches("out of sync", err)
@@ -279,7 +279,7 @@ describe("simulated rings", function()
   end)
 
   it("a sample longer than its sample_type says is an error naming the mismatch", function()
-    local ev = core.sim_ring({ data = sample(5) .. string.rep("\0", 48), head = 16,
+    local ev = U.sim().sim_ring({ data = sample(5) .. string.rep("\0", 48), head = 16,
                                sample_type = "ip|tid" })
     local ok, err = pcall(function() for _ in ev:records() do end end)
     assert.is_false(ok)
@@ -289,7 +289,7 @@ describe("simulated rings", function()
 
   it("LOST and LOST_SAMPLES records add up in lost()", function()
     local data = rec(2, U.le64(7) .. U.le64(11)) .. rec(13, U.le64(5)) .. string.rep("\0", 24)
-    local ev = core.sim_ring({ data = data, head = 40 })
+    local ev = U.sim().sim_ring({ data = data, head = 40 })
     local types = {}
     for x in ev:records() do types[#types + 1] = x.type end
     assert.same({ "lost", "lost_samples" }, types)
@@ -306,7 +306,7 @@ describe("simulated rings", function()
     local a, b = sample(0xa), sample(0xb)
     local cut = "\9\0\0\0\0\0\32\0" .. U.le64(0xc)
     local data = string.rep("\0", 16) .. a .. b .. cut
-    local ev = core.sim_ring({ data = data, head = "0xffffffffffffffd0",
+    local ev = U.sim().sim_ring({ data = data, head = "0xffffffffffffffd0",
                                write_backward = true, sample_type = "ip" })
     local ips = {}
     for x in ev:records() do ips[#ips + 1] = x.ip end

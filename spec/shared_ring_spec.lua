@@ -209,7 +209,7 @@ local function ring(bytes, opts)
   while size < #bytes do size = size * 2 end
   opts.data = bytes .. string.rep("\0", size - #bytes)
   opts.head = #bytes
-  return core.sim_ring(opts)
+  return U.sim().sim_ring(opts)
 end
 
 local OWN = { id = 1, sample_type = "identifier|ip|tid" }

@@ -30,6 +30,16 @@ function U.searchpath(name, path)
   end
 end
 
+--- the test-only simulators (spec/support/pesim.c, built by `make fixtures`
+-- into build/test/<lua>/pesim.so): sim_ring{...} makes an event over a ring
+-- of chosen bytes that the core's records()/aux()/poll() drain;
+-- userpage_sim{...} runs the user-page read on a scripted page.  Every spec
+-- reaches them through here.
+function U.sim()
+  if not U._sim then U._sim = require("pesim") end
+  return U._sim
+end
+
 function U.is_root()
   local f = io.open("/proc/self/status")
   local s = f:read("*a")
