@@ -5,18 +5,20 @@
  * error helper every file uses.  Each .c file says at its top what it owns.
  *
  * Dependency direction (spec/cdeps_spec.lua checks it on the objects): a
- * file calls only files on a lower line, never one on its own line or
- * above, so no two files call each other.
+ * file calls only files on lower lines, never one on its own line or
+ * above, so no two files call each other.  A new file gets a line here.
  *
- *   core.c                          luaopen: assembles the module
- *   fast.c                          the pe_fast_* FFI entry points
- *   event.c                         event methods, ioctls, reads
- *   ring.c                          ring drain and record methods
- *   group.c   userpage.c            groups; the user-page (rdpmc) read
- *   lifecycle.c                     open, close/gc, fork generation, mmap
- *   layouts.c                       shared-ring decode layouts (E6)
- *   attr.c errors.c readfmt.c records.c u64.c compat.c spawn.c
- *                                   leaves: encode/decode, no event state
+ *   core.c                 luaopen: assembles the module
+ *   fast.c                 the pe_fast_* FFI entry points
+ *   event.c                event methods, ioctls, reads, the event metatable
+ *   ring.c                 ring drain, records, AUX (methods added by event.c)
+ *   group.c userpage.c     groups; the user-page (rdpmc) read, time_conv
+ *   lifecycle.c            open, close/gc, fork generation, mmap, accessors
+ *   layouts.c spawn.c      shared-ring decode layouts (E6); spawn/wait
+ *   records.c              the record decoder
+ *   readfmt.c              read_format decoding, scaling
+ *   attr.c errors.c        attr encoding; errno names and hints
+ *   u64.c compat.c         64-bit values, int checks; Lua 5.1 compat
  *
  * The ring and user-page simulators are not in core.so: they live in the
  * test-only module spec/support/pesim.c, linked against these objects.
