@@ -188,13 +188,15 @@ uint64_t pe_opt_u64(lua_State *L, int t, const char *k, uint64_t dflt)
 int pe_check_int(lua_State *L, int idx, const char *what, int lo, int hi)
 {
   lua_Number n;
+  char num[32];
   if (lua_type(L, idx) != LUA_TNUMBER)
     return luaL_error(L, "%s: expected an integer, got %s", what, luaL_typename(L, idx));
   n = lua_tonumber(L, idx);
+  snprintf(num, sizeof num, "%.14g", (double)n);   /* the same text on every Lua */
   /* compared as doubles before any cast: (int)1e12 is undefined */
   if (!(n >= (lua_Number)lo && n <= (lua_Number)hi))
-    return luaL_error(L, "%s: %f is out of range (argument must be %d..%d)", what, n, lo, hi);
+    return luaL_error(L, "%s: %s is out of range (argument must be %d..%d)", what, num, lo, hi);
   if (n != (lua_Number)(int)n)
-    return luaL_error(L, "%s: %f is not an integer", what, n);
+    return luaL_error(L, "%s: %s is not an integer", what, num);
   return (int)n;
 }

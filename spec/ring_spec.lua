@@ -3,7 +3,6 @@
 -- overwrite (write_backward) mode, set_output sharing, AUX mapping errors;
 -- and the same code on simulated rings for what the kernel never produces.
 local pe = require("perf_event")
-local core = require("perf_event.core")
 local rb = require("support.rb_build")
 local U = require("support.util")
 

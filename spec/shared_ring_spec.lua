@@ -4,7 +4,6 @@
 -- their own event's sample_type.  Real tracepoints with exact counts, and
 -- simulated rings for the malformed cases (the asan suite checks the reads).
 local pe = require("perf_event")
-local core = require("perf_event.core")
 local petest = require("petest")
 local U = require("support.util")
 
