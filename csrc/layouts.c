@@ -198,11 +198,6 @@ int pe_layouts_add_attr(pe_event *ev, uint64_t id, const struct pe_attr *a,
   return layouts_add(lt, &l);
 }
 
-int pe_layouts_by_id(const pe_event *ev)
-{
-  return by_id(ev->own_lt);
-}
-
 unsigned pe_layouts_version(const pe_event *ev)
 {
   return ev->own_lt ? ev->own_lt->version : 0;

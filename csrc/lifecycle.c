@@ -74,7 +74,8 @@ static int sys_perf_event_open(struct pe_attr *a, int pid, int cpu, int group_fd
  * mapped (software, tracepoint, breakpoint events; this VM's every event).
  * A kernel that turns rdpmc on later is not noticed: read(2) stays right.
  */
-void pe_fast_plain(pe_event *ev)
+/* recomputes ev->plain_fd1 after the fd, the mapping or the format changed */
+static void pe_fast_plain(pe_event *ev)
 {
   int plain = ev->fd >= 0 && ev->read_format == RF_TIMES &&
               (!ev->page || !(ev->page->capabilities & PE_CAP_USER_RDPMC));
@@ -101,7 +102,7 @@ void pe_lifecycle_init(void)
   }
 }
 
-void pe_event_after_fork(pe_event *ev)
+static void pe_event_after_fork(pe_event *ev)
 {
   /* the child has the fd but not the mapping: drop the pointers, never
    * munmap (the range may hold another mapping by now) */

@@ -39,7 +39,6 @@
 /* Push v exactly: a Lua integer on 5.3+, a number when < 2^53, otherwise a
  * uint64_t cdata on LuaJIT and a "0x..." string on PUC 5.1. */
 void pe_push_u64(lua_State *L, uint64_t v);
-void pe_push_s64(lua_State *L, int64_t v);
 /* Read a 64-bit value: integer, integral number, decimal/0x string, or a
  * LuaJIT int64/uint64 cdata.  Returns 1 and sets *out, or 0 if idx holds
  * something else (message in *why). */
@@ -153,7 +152,6 @@ typedef struct pe_event {
  * the FFI entry points fall back to it. */
 extern unsigned pe_fork_gen;
 void pe_lifecycle_init(void);
-void pe_event_after_fork(pe_event *ev);
 
 pe_event *pe_check_event(lua_State *L, int idx);   /* raises if closed */
 pe_event *pe_to_event(lua_State *L, int idx);      /* may be closed */
@@ -164,8 +162,6 @@ const char *pe_event_name(lua_State *L, int idx);
 /* munmaps the user page/ring and AUX area, frees the ring state, leaves
  * the shared-ring tables, closes the fd; idempotent; 1 if it was open */
 int pe_event_close(pe_event *ev);
-/* recomputes ev->plain_fd1 after the fd, the mapping or the format changed */
-void pe_fast_plain(pe_event *ev);
 /* read(2) retried on EINTR; the result of read(2) */
 long pe_read_fd(int fd, void *buf, size_t len);
 long pe_page_size(void);
@@ -187,8 +183,6 @@ void pe_layouts_release(pe_event *ev);
  * (created when needed): simulated shared rings; 0 or -1 (no memory) */
 int pe_layouts_add_attr(pe_event *ev, uint64_t id, const struct pe_attr *a,
                         const char *name);
-/* 1 when ev's ring attributes records by id (layouts differ, or did) */
-int pe_layouts_by_id(const pe_event *ev);
 /* the layout to decode rec (len >= 8 bytes, from ev's ring) with: own
  * when not attributed by id; NULL with msg filled when the record cannot
  * be attributed */

@@ -75,18 +75,6 @@ void pe_push_u64(lua_State *L, uint64_t v)
 #endif
 }
 
-void pe_push_s64(lua_State *L, int64_t v)
-{
-#if PE_HAVE_INT64
-  lua_pushinteger(L, (lua_Integer)v);
-#else
-  if (v > -(1LL << 53) && v < (1LL << 53))
-    lua_pushnumber(L, (lua_Number)v);
-  else
-    pe_push_u64(L, (uint64_t)v);   /* bit pattern, documented */
-#endif
-}
-
 static int parse_u64_string(const char *s, size_t len, uint64_t *out)
 {
   char *end;

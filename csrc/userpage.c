@@ -80,11 +80,6 @@ static inline uint64_t arch_rdtsc(void) { return 0; }
 static inline int arch_counter_ok(uint32_t counter) { (void)counter; return 0; }
 #endif
 
-int pe_userpage_arch_ok(void)
-{
-  return PE_UP_ARCH;
-}
-
 /* ---- the page: relaxed single loads, ordered by the lock's acquire ----- */
 #define LD(field) __atomic_load_n(&pc->field, __ATOMIC_RELAXED)
 

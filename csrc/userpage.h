@@ -40,9 +40,6 @@ enum {
   PE_UP_THREAD        /* read from another thread than the one that opened it */
 };
 
-/* 1 when this build can read a counter from user space on this arch */
-int pe_userpage_arch_ok(void);
-
 /* The D19/D20 algorithm on page pc.  Returns PE_UP_OK and fills *r, or a
  * PE_UP_* reason.  rdpmc is executed only when the page says
  * cap_user_rdpmc && index != 0. */

@@ -204,7 +204,7 @@ describe("exported symbols", function()
   end)
 
   it("pesim.so exports only luaopen_pesim, and core has no simulator", function()
-    local dir = suite == "asan" and "build/test/asan" or "build/test/" .. (suite == "asan" and "luajit" or suite)
+    local dir = "build/test/" .. suite
     assert.same({ "luaopen_pesim" }, dynsyms(dir .. "/pesim.so"))
     local core = require("perf_event.core")
     assert.is_nil(core.sim_ring)
