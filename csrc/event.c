@@ -188,7 +188,10 @@ static int l_query_bpf(lua_State *L)
   return 1;
 }
 
-int pe_event_read(pe_event *ev, uint64_t out[3], long *nread)
+/* inlined into l_read (the C API route's hot path); fast.c calls the
+ * out-of-line pe_event_read below */
+static inline __attribute__((always_inline)) int event_read(pe_event *ev, uint64_t out[3],
+                                                             long *nread)
 {
   uint64_t buf[5 + 3 * GROUP_MAX];
   pe_readval vals[GROUP_MAX];
@@ -197,10 +200,12 @@ int pe_event_read(pe_event *ev, uint64_t out[3], long *nread)
   if (pe_userpage_try_read(ev, out) == 0) return 0;   /* seqlock + rdpmc (userpage.c) */
   r.v = vals;
   r.cap = GROUP_MAX;
-  *nread = n = pe_read_fd(ev->fd, buf, sizeof buf);
+  n = pe_read_fd(ev->fd, buf, sizeof buf);
   if (n <= 0 || pe_readfmt_decode((unsigned char *)buf, (size_t)n, ev->read_format, &r) < 0 ||
-      r.nr == 0)
+      r.nr == 0) {
+    *nread = n;
     return -1;
+  }
   k = 0;                         /* a GROUP member picks its own value */
   if ((ev->read_format & PE_FORMAT_GROUP) && (ev->read_format & PE_FORMAT_ID)) {
     k = pe_reading_find(&r, ev->id, 0);
@@ -212,6 +217,11 @@ int pe_event_read(pe_event *ev, uint64_t out[3], long *nread)
   return 0;
 }
 
+int pe_event_read(pe_event *ev, uint64_t out[3], long *nread)
+{
+  return event_read(ev, out, nread);
+}
+
 /* ev:read() -> value (scaled), time_enabled, time_running */
 static int l_read(lua_State *L)
 {
@@ -219,7 +229,7 @@ static int l_read(lua_State *L)
   uint64_t out[3], value;
   struct { uint64_t time_enabled, time_running; } r;
   long n = 0;
-  if (pe_event_read(ev, out, &n) < 0) {
+  if (event_read(ev, out, &n) < 0) {
     if (n <= 0) return pe_push_read_error(L, 1, n, errno);
     return luaL_error(L, "read(%s): short read of %d bytes", pe_event_name(L, 1), (int)n);
   }

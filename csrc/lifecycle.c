@@ -53,13 +53,6 @@ long pe_page_size(void)
   return ps;
 }
 
-long pe_read_fd(int fd, void *buf, size_t len)
-{
-  ssize_t n;
-  do n = read(fd, buf, len); while (n < 0 && errno == EINTR);
-  return (long)n;
-}
-
 static int sys_perf_event_open(struct pe_attr *a, int pid, int cpu, int group_fd,
                                unsigned long flags)
 {
@@ -102,7 +95,7 @@ void pe_lifecycle_init(void)
   }
 }
 
-static void pe_event_after_fork(pe_event *ev)
+void pe_event_after_fork(pe_event *ev)
 {
   /* the child has the fd but not the mapping: drop the pointers, never
    * munmap (the range may hold another mapping by now) */
@@ -120,20 +113,6 @@ static void pe_event_after_fork(pe_event *ev)
 }
 
 /* ---- accessors --------------------------------------------------------- */
-pe_event *pe_to_event(lua_State *L, int idx)
-{
-  pe_event *ev = (pe_event *)luaL_checkudata(L, idx, PE_EVENT_MT);
-  if (ev->gen != pe_fork_gen) pe_event_after_fork(ev);
-  return ev;
-}
-
-pe_event *pe_check_event(lua_State *L, int idx)
-{
-  pe_event *ev = pe_to_event(L, idx);
-  if (ev->fd < 0) luaL_error(L, "attempt to use a closed perf_event.event");
-  return ev;
-}
-
 pe_event *pe_test_event(lua_State *L, int idx)
 {
   pe_event *ev = (pe_event *)pe_testudata(L, idx, PE_EVENT_MT);

@@ -28,6 +28,8 @@
 
 #include <stdint.h>
 #include <stddef.h>
+#include <errno.h>
+#include <unistd.h>
 #include "pe_abi.h"
 #include "pe_compat.h"
 
@@ -100,8 +102,16 @@ size_t pe_readfmt_size(uint64_t rf, uint64_t nr);
 uint64_t pe_scale(uint64_t value, uint64_t enabled, uint64_t running);
 void pe_push_reading(lua_State *L, const pe_reading *r, uint64_t rf);
 /* The index in r->v of the value with this id (GROUP|ID reads), looking
- * at index 'hint' first (a member's usual place); -1 when none has it. */
-long pe_reading_find(const pe_reading *r, uint64_t id, uint64_t hint);
+ * at index 'hint' first (a member's usual place); -1 when none has it.
+ * Inline: the read paths call it per member. */
+static inline long pe_reading_find(const pe_reading *r, uint64_t id, uint64_t hint)
+{
+  uint64_t k;
+  if (hint < r->nr && r->v[hint].id == id) return (long)hint;
+  for (k = 0; k < r->nr; k++)
+    if (r->v[k].id == id) return (long)k;
+  return -1;
+}
 int pe_l_decode_read(lua_State *L);
 
 /* ---- the event object (lifecycle.c) ------------------------------------ */
@@ -152,9 +162,24 @@ typedef struct pe_event {
  * the FFI entry points fall back to it. */
 extern unsigned pe_fork_gen;
 void pe_lifecycle_init(void);
+/* forgets the mapping a forked child does not have (gen != pe_fork_gen) */
+void pe_event_after_fork(pe_event *ev);
 
-pe_event *pe_check_event(lua_State *L, int idx);   /* raises if closed */
-pe_event *pe_to_event(lua_State *L, int idx);      /* may be closed */
+/* the event at idx (may be closed); raises on another type.  Inline, as
+ * pe_check_event: every method's first call */
+static inline pe_event *pe_to_event(lua_State *L, int idx)
+{
+  pe_event *ev = (pe_event *)luaL_checkudata(L, idx, PE_EVENT_MT);
+  if (ev->gen != pe_fork_gen) pe_event_after_fork(ev);
+  return ev;
+}
+/* raises if closed */
+static inline pe_event *pe_check_event(lua_State *L, int idx)
+{
+  pe_event *ev = pe_to_event(L, idx);
+  if (ev->fd < 0) luaL_error(L, "attempt to use a closed perf_event.event");
+  return ev;
+}
 /* the event at idx or NULL when it is something else; fork fixed up */
 pe_event *pe_test_event(lua_State *L, int idx);
 /* the name given at open (kept in the userdata's uservalue), "?" if none */
@@ -162,8 +187,14 @@ const char *pe_event_name(lua_State *L, int idx);
 /* munmaps the user page/ring and AUX area, frees the ring state, leaves
  * the shared-ring tables, closes the fd; idempotent; 1 if it was open */
 int pe_event_close(pe_event *ev);
-/* read(2) retried on EINTR; the result of read(2) */
-long pe_read_fd(int fd, void *buf, size_t len);
+/* read(2) retried on EINTR; the result of read(2) (inline: the read
+ * paths' hot call) */
+static inline long pe_read_fd(int fd, void *buf, size_t len)
+{
+  long n;
+  do n = (long)read(fd, buf, len); while (n < 0 && errno == EINTR);
+  return n;
+}
 long pe_page_size(void);
 /* pushes the error triple of a failed ev:read()/group:read() of the event
  * at idx: n == 0 is the error state of a pinned event (C9) */

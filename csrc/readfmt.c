@@ -72,15 +72,6 @@ uint64_t pe_scale(uint64_t value, uint64_t enabled, uint64_t running)
   return r > UINT64_MAX ? UINT64_MAX : (uint64_t)r;
 }
 
-long pe_reading_find(const pe_reading *r, uint64_t id, uint64_t hint)
-{
-  uint64_t k;
-  if (hint < r->nr && r->v[hint].id == id) return (long)hint;
-  for (k = 0; k < r->nr; k++)
-    if (r->v[k].id == id) return (long)k;
-  return -1;
-}
-
 static void push_val(lua_State *L, const pe_readval *v, uint64_t rf)
 {
   lua_createtable(L, 0, 3);
