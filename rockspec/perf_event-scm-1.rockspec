@@ -27,7 +27,7 @@ build = {
       sources = {
         "csrc/attr.c", "csrc/compat.c", "csrc/core.c", "csrc/errors.c", "csrc/event.c",
         "csrc/readfmt.c", "csrc/ring.c", "csrc/records.c", "csrc/u64.c", "csrc/userpage.c",
-        "csrc/fast.c", "csrc/spawn.c",
+        "csrc/fast.c", "csrc/spawn.c", "csrc/lifecycle.c", "csrc/group.c", "csrc/layouts.c",
       },
       defines = { "_GNU_SOURCE" },
     },
