@@ -63,7 +63,7 @@ build/test/$(1)/pesim.so: spec/support/pesim.c build/obj/$(1)/libpecore.a $$(HDR
 	  build/obj/$(1)/libpecore.a -o $$@ -shared -Wl,--exclude-libs,ALL \
 	  $$(if $$(filter asan,$(1)),$$(ASAN_FLAGS))
 endef
-$(foreach v,luajit lua5.4 lua5.1 asan,$(eval $(call variant,$(v))))
+$(foreach v,$(sort luajit lua5.4 lua5.1 asan $(LUA)),$(eval $(call variant,$(v))))
 
 # Test fixtures: a small C library and programs the specs probe (uprobes,
 # breakpoints on code, exact call counts).
