@@ -18,11 +18,21 @@ BASECFLAGS := -std=gnu11 -fPIC -fvisibility=hidden $(WARN)
 OPT ?= -O2 -g
 LDFLAGS_SO := -shared
 
+LUAJIT_INC := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
+ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+
+# One object per C file and build variant (luajit, lua5.4, lua5.1, asan) in
+# build/obj/<variant>/: the module links them; the test-only pesim module
+# links the same objects through an archive (spec/cdeps_spec.lua runs nm on
+# them to check that no two C files call each other).
+NAMES := $(basename $(notdir $(SRCS)))
+objs_of = $(addprefix build/obj/$(1)/,$(addsuffix .o,$(NAMES)))
+inc_of = $(if $(filter luajit asan,$(1)),$(LUAJIT_INC),$(shell pkg-config --cflags $(1) 2>/dev/null || echo -I/usr/include/$(1)))
+cflags_of = $(if $(filter asan,$(1)),-O1 -g $(ASAN_FLAGS),$(OPT) $(CFLAGS))
+
 ifeq ($(LUA),luajit)
-  LUA_INC := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
   OUTDIR := build
 else
-  LUA_INC := $(shell pkg-config --cflags $(LUA) 2>/dev/null || echo -I/usr/include/$(LUA))
   OUTDIR := build/$(LUA)
 endif
 
@@ -31,16 +41,32 @@ TARGET := $(OUTDIR)/perf_event/core.so
 .PHONY: all asan test test-asan test-sysctl lint clean bench doc bench-read bench-records bench-nginx
 all: $(TARGET)
 
-$(TARGET): $(SRCS) $(HDRS) Makefile
+$(TARGET): $(call objs_of,$(LUA)) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(BASECFLAGS) $(OPT) $(LUA_INC) $(CFLAGS) $(SRCS) -o $@ $(LDFLAGS_SO) $(LDFLAGS)
+	$(CC) $(BASECFLAGS) $(OPT) $(CFLAGS) $(call objs_of,$(LUA)) -o $@ $(LDFLAGS_SO) $(LDFLAGS)
 
-ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-build/asan/perf_event/core.so: $(SRCS) $(HDRS) Makefile
+build/asan/perf_event/core.so: $(call objs_of,asan) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(BASECFLAGS) -O1 -g $(ASAN_FLAGS) $(shell pkg-config --cflags luajit) $(SRCS) -o $@ -shared $(ASAN_FLAGS)
+	$(CC) $(BASECFLAGS) -O1 -g $(ASAN_FLAGS) $(call objs_of,asan) -o $@ -shared $(ASAN_FLAGS)
 
-asan: build/asan/perf_event/core.so
+asan: build/asan/perf_event/core.so build/test/asan/pesim.so
+
+# pesim: the ring and user-page simulators (spec/support/pesim.c), a
+# test-only Lua module per variant, never part of core.so
+define variant
+build/obj/$(1)/%.o: csrc/%.c $$(HDRS) Makefile
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(BASECFLAGS) $$(call cflags_of,$(1)) $$(call inc_of,$(1)) -c $$< -o $$@
+build/obj/$(1)/libpecore.a: $$(filter-out %/core.o,$$(call objs_of,$(1)))
+	rm -f $$@
+	ar rcs $$@ $$^
+build/test/$(1)/pesim.so: spec/support/pesim.c build/obj/$(1)/libpecore.a $$(HDRS) Makefile
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(BASECFLAGS) $$(call cflags_of,$(1)) $$(call inc_of,$(1)) -Icsrc $$< \
+	  build/obj/$(1)/libpecore.a -o $$@ -shared -Wl,--exclude-libs,ALL \
+	  $$(if $$(filter asan,$(1)),$$(ASAN_FLAGS))
+endef
+$(foreach v,$(sort luajit lua5.4 lua5.1 asan $(LUA)),$(eval $(call variant,$(v))))
 
 # Test fixtures: a small C library and programs the specs probe (uprobes,
 # breakpoints on code, exact call counts).
@@ -65,7 +91,8 @@ build/test/lua5.1/petest.so: $(PETEST_SRC)
 	$(PETEST_CC) -I/usr/include/lua5.1
 
 fixtures: build/test/libpetarget.so build/test/petarget build/test/luajit/petest.so \
-          build/test/lua5.4/petest.so build/test/lua5.1/petest.so
+          build/test/lua5.4/petest.so build/test/lua5.1/petest.so \
+          build/test/luajit/pesim.so build/test/lua5.4/pesim.so build/test/lua5.1/pesim.so
 
 test: fixtures
 	$(MAKE) LUA=luajit
@@ -114,12 +141,13 @@ FUZZ_SECONDS ?= 5
 TEST_FUZZ_SECONDS ?= 5
 FUZZ_TARGETS := readfmt records attr
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -fno-omit-frame-pointer -std=gnu11 -Wall -Wextra -Werror -I/usr/include/lua5.4
+  -fno-omit-frame-pointer -std=gnu11 -Wall -Wextra -Werror -I/usr/include/lua5.4 -Icsrc
 FUZZ_LUA_LIB := $(shell pkg-config --variable=libdir lua5.4 2>/dev/null || echo /usr/lib/x86_64-linux-gnu)/liblua5.4.a
 
-build/fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h $(SRCS) $(HDRS) Makefile
+# the fuzzers link the core's sources and the simulators (pesim.c)
+build/fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h spec/support/pesim.c $(SRCS) $(HDRS) Makefile
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) $< $(SRCS) $(FUZZ_LUA_LIB) -lm -ldl -o $@
+	$(FUZZ_CC) $(FUZZ_FLAGS) $< spec/support/pesim.c $(SRCS) $(FUZZ_LUA_LIB) -lm -ldl -o $@
 
 fuzz-build: $(addprefix build/fuzz/fuzz_,$(FUZZ_TARGETS))
 

@@ -178,6 +178,20 @@ const char *pe_context_name(uint64_t ip)
   return CONTEXT_OTHER;
 }
 
+/* ---- record types (E1): the decoder's type names ----------------------- */
+static const char *const type_names[] = {
+  NULL, "mmap", "lost", "comm", "exit", "throttle", "unthrottle", "fork",
+  "read", "sample", "mmap2", "aux", "itrace_start", "lost_samples", "switch",
+  "switch_cpu_wide", "namespaces", "ksymbol", "bpf_event", "cgroup",
+  "text_poke", "aux_output_hw_id", "callchain_deferred"
+};
+
+const char *pe_record_type_name(uint32_t type)
+{
+  if (type < sizeof type_names / sizeof type_names[0]) return type_names[type];
+  return NULL;
+}
+
 /* ---- record header misc bits (E2) -------------------------------------- */
 static const pe_named misc_bits[] = {
   {"cpumode_mask", PE_RECORD_MISC_CPUMODE_MASK}, {"kernel", PE_RECORD_MISC_KERNEL},

@@ -1,14 +1,17 @@
 /*
  * core.c - luaopen_perf_event_core: assembles the module from the files
- * that own each concern (event.c, attr.c, readfmt.c, errors.c, u64.c).
+ * that own each concern (lifecycle.c, event.c, group.c, ring.c, fast.c,
+ * attr.c, readfmt.c, errors.c, u64.c, spawn.c); the top of the file
+ * dependency order stated in pe_core.h.
  */
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 #include "pe_core.h"
 
 static int l_strerror(lua_State *L)
 {
-  int err = (int)luaL_checkinteger(L, 1);
+  int err = pe_check_int(L, 1, "strerror: errno", 0, INT_MAX);
   lua_pushstring(L, pe_errno_name(err));
   lua_pushstring(L, strerror(err));
   return 2;
@@ -33,7 +36,7 @@ static int l_scale(lua_State *L)
  * visible, for teaching and for checking every errno of CHECKLIST I. */
 static int l_explain(lua_State *L)
 {
-  int err = (int)luaL_checkinteger(L, 1);
+  int err = pe_check_int(L, 1, "explain: errno", 0, INT_MAX);
   struct pe_attr a;
   int pid = 0, cpu = -1;
   unsigned long flags = 0;
@@ -42,9 +45,9 @@ static int l_explain(lua_State *L)
   pe_attr_from_table(L, 2, &a, 0);
   if (lua_istable(L, 3)) {
     lua_getfield(L, 3, "pid");
-    if (lua_isnumber(L, -1)) pid = (int)lua_tointeger(L, -1);
+    if (lua_isnumber(L, -1)) pid = pe_check_int(L, -1, "explain: pid", INT_MIN, INT_MAX);
     lua_getfield(L, 3, "cpu");
-    if (lua_isnumber(L, -1)) cpu = (int)lua_tointeger(L, -1);
+    if (lua_isnumber(L, -1)) cpu = pe_check_int(L, -1, "explain: cpu", INT_MIN, INT_MAX);
     lua_getfield(L, 3, "cgroup");
     if (lua_toboolean(L, -1)) flags |= PE_FLAG_PID_CGROUP;
     lua_getfield(L, 3, "name");

@@ -4,10 +4,11 @@
  * the JIT compiles the call into the trace.  A full userdata passed to a
  * pointer parameter arrives as its payload (pe_event / pe_group).
  *
- * Owns: the pe_fast_* symbols (exported, like luaopen_*), core._private
- * (the Lua layer's hooks: pe_push_private), and registering core.time_conv,
- * core._userpage_sim, _private.fast_token and _private.fast_cdef (the fast
- * view of pe_core.h as C text for ffi.cdef).  Every entry
+ * Owns: the pe_fast_* symbols (exported, like luaopen_*), and registering
+ * core.time_conv, _private.fast_token and _private.fast_cdef (the fast
+ * view of pe_core.h as C text for ffi.cdef).
+ * Calls event.c (pe_event_read), group.c (pe_group_ioctl), lifecycle.c,
+ * userpage.c and the leaves; nothing calls it but core.c.  Every entry
  * returns -1 for anything but plain success (closed, syscall failure,
  * odd layout): the Lua side then calls the C API method, which produces
  * the very same error or raise.
@@ -48,40 +49,13 @@ const void *pe_fast_token(void)
   return &fast_token;
 }
 
-static long read_fd(int fd, void *buf, size_t len)
-{
-  ssize_t n;
-  do n = read(fd, buf, len); while (n < 0 && errno == EINTR);
-  return (long)n;
-}
-
 /* the general case of pe_fast_read: the user page, or any read_format
  * (GROUP members pick their own value by id), as l_read computes it */
 static __attribute__((noinline)) int read_general(pe_event *ev, uint64_t out[3])
 {
-  uint64_t rf = ev->read_format;
-  if (ev->page && pe_userpage_try_read(ev, out) == 0) {
-    if ((rf & RF_TIMES) == RF_TIMES) out[0] = pe_scale(out[0], out[1], out[2]);
-  } else {
-    uint64_t buf[5 + 3 * GROUP_MAX];
-    pe_readval vals[GROUP_MAX];
-    pe_reading r;
-    uint64_t i, value;
-    long n;
-    r.v = vals;
-    r.cap = GROUP_MAX;
-    n = read_fd(ev->fd, buf, sizeof buf);
-    if (n <= 0 || pe_readfmt_decode((unsigned char *)buf, (size_t)n, rf, &r) < 0 || r.nr == 0)
-      return -1;
-    value = r.v[0].value;
-    if ((rf & PE_FORMAT_GROUP) && (rf & PE_FORMAT_ID))
-      for (i = 0; i < r.nr; i++)
-        if (r.v[i].id == ev->id) { value = r.v[i].value; break; }
-    out[0] = (rf & RF_TIMES) == RF_TIMES ? pe_scale(value, r.time_enabled, r.time_running)
-                                         : value;
-    out[1] = r.time_enabled;
-    out[2] = r.time_running;
-  }
+  long n;
+  if (pe_event_read(ev, out, &n) < 0) return -1;
+  if ((ev->read_format & RF_TIMES) == RF_TIMES) out[0] = pe_scale(out[0], out[1], out[2]);
   return 0;
 }
 
@@ -114,21 +88,6 @@ int pe_fast_read(pe_event *ev, uint64_t *out)
   store_double(out + 4, out[1]);
   store_double(out + 5, out[2]);
   return rc;
-}
-
-/*
- * ev:read() in its commonest shape costs one read(2) and a comparison: the
- * FFI route (fast.lua) does those in the trace itself when plain_fd1 says
- * so.  That holds for the read_format pe.open asks for when no rdpmc can
- * be used: no user page, or one whose cap_user_rdpmc was off when it was
- * mapped (software, tracepoint, breakpoint events; this VM's every event).
- * A kernel that turns rdpmc on later is not noticed: read(2) stays right.
- */
-void pe_fast_plain(pe_event *ev)
-{
-  int plain = ev->fd >= 0 && ev->read_format == RF_TIMES &&
-              (!ev->page || !(ev->page->capabilities & PE_CAP_USER_RDPMC));
-  ev->plain_fd1 = plain ? ev->fd + 1 : 0;
 }
 
 /* the multiplex scaling of the plain case (fast.lua's plain_rest) */
@@ -168,7 +127,7 @@ int pe_fast_group_read(pe_group *g, uint64_t *out, int cap)
   if (g->read_format == (PE_FORMAT_GROUP | PE_FORMAT_ID | RF_TIMES)) {
     /* what pe.group asks for: nr, enabled, running, {value, id} * nr */
     uint64_t en, run, nr;
-    n = read_fd(g->ev[0]->fd, buf, 8 * (3 + 2 * (size_t)g->n));
+    n = pe_read_fd(g->ev[0]->fd, buf, 8 * (3 + 2 * (size_t)g->n));
     if (n < 24) return -1;
     nr = buf[0];
     if ((uint64_t)n != 8 * (3 + 2 * nr) || nr > GROUP_MAX) return -1;
@@ -189,62 +148,32 @@ int pe_fast_group_read(pe_group *g, uint64_t *out, int cap)
   }
   r.v = vals;
   r.cap = GROUP_MAX;
-  n = read_fd(g->ev[0]->fd, buf, sizeof buf);
+  n = pe_read_fd(g->ev[0]->fd, buf, sizeof buf);
   if (n <= 0 || pe_readfmt_decode((unsigned char *)buf, (size_t)n, g->read_format, &r) < 0)
     return -1;
   out[0] = r.time_enabled;
   out[1] = r.time_running;
   big = r.time_enabled | r.time_running;
   for (i = 0; i < g->n; i++) {
-    uint64_t v, k;
-    if (g->read_format & PE_FORMAT_ID) {
-      uint64_t id = g->ev[i]->id;
-      if ((uint64_t)i < r.nr && r.v[i].id == id) {
-        v = r.v[i].value;
-      } else {
-        for (k = 0; k < r.nr && r.v[k].id != id; k++) {}
-        if (k == r.nr) return -1;              /* member gone: g_read gives nil */
-        v = r.v[k].value;
-      }
-    } else {
-      if ((uint64_t)i >= r.nr) return -1;
-      v = r.v[i].value;
-    }
+    long k = (g->read_format & PE_FORMAT_ID) ? pe_reading_find(&r, g->ev[i]->id, (uint64_t)i)
+             : (uint64_t)i < r.nr ? i : -1;
+    uint64_t v;
+    if (k < 0) return -1;                      /* member gone: g_read gives nil */
+    v = r.v[k].value;
     out[2 + i] = pe_scale(v, r.time_enabled, r.time_running);
     big |= out[2 + i];
   }
   return g->n | (big >= EXACT_MAX ? FAST_GBIG : 0);
 }
 
-void pe_push_private(lua_State *L, int mod)
-{
-  lua_getfield(L, mod, "_private");
-  if (lua_istable(L, -1)) return;
-  lua_pop(L, 1);
-  lua_newtable(L);
-  lua_pushvalue(L, -1);
-  lua_setfield(L, mod, "_private");
-}
-
-/* core._private[name] = the value on top of the stack (left there) */
-void pe_set_private(lua_State *L, int mod, const char *name)
-{
-  pe_push_private(L, mod);
-  lua_pushvalue(L, -2);
-  lua_setfield(L, -2, name);
-  lua_pop(L, 1);
-}
-
-/* adds the user-page functions to the module table on top of the stack,
- * and to core._private what fast.lua binds with: the token of this copy
- * and the fast view's declaration */
+/* adds time_conv to the module table on top of the stack, and to
+ * core._private what fast.lua binds with: the token of this copy and the
+ * fast view's declaration */
 void pe_fast_open(lua_State *L)
 {
   int mod = lua_gettop(L);
   lua_pushcfunction(L, pe_l_time_conv);
   lua_setfield(L, mod, "time_conv");
-  lua_pushcfunction(L, pe_l_userpage_sim);
-  lua_setfield(L, mod, "_userpage_sim");
   pe_push_private(L, mod);
   lua_pushlightuserdata(L, (void *)&fast_token);
   lua_setfield(L, -2, "fast_token");

@@ -43,4 +43,10 @@ void *pe_testudata(lua_State *L, int idx, const char *tname);
 #define LUA_TCDATA 10  /* LuaJIT's cdata type tag */
 #endif
 
+/* pushes core._private (the Lua layer's hooks; created on first use) with
+ * the module table at index mod (compat.c: a leaf) */
+void pe_push_private(lua_State *L, int mod);
+/* core._private[name] = the value on top of the stack (left there) */
+void pe_set_private(lua_State *L, int mod, const char *name);
+
 #endif /* PE_COMPAT_H */

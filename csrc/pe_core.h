@@ -3,12 +3,36 @@
  *
  * Owns: the event/group userdata layouts, the 64-bit value helpers and the
  * error helper every file uses.  Each .c file says at its top what it owns.
+ *
+ * Dependency direction (spec/cdeps_spec.lua checks it on the objects): a
+ * file calls only files on lower lines, never one on its own line or
+ * above, so no two files call each other.  A new file gets a line here.
+ *
+ *   core.c                 luaopen: assembles the module
+ *   fast.c                 the pe_fast_* FFI entry points
+ *   event.c                event methods, ioctls, reads, the event metatable
+ *   ring.c                 ring drain, records, AUX (methods added by event.c)
+ *   group.c userpage.c     groups; the user-page (rdpmc) read, time_conv
+ *   lifecycle.c            open, close/gc, fork generation, mmap, accessors
+ *   layouts.c spawn.c dir.c  shared-ring decode layouts (E6); spawn/wait;
+ *                          core.readdir
+ *   records.c              the record decoder
+ *   readfmt.c              read_format decoding, scaling
+ *   attr.c errors.c        attr encoding; hints for each errno
+ *   abi.c                  the kernel ABI tables (core.abi), errno names
+ *   u64.c compat.c         64-bit values, int checks; Lua 5.1 compat,
+ *                          core._private
+ *
+ * The ring and user-page simulators are not in core.so: they live in the
+ * test-only module spec/support/pesim.c, linked against these objects.
  */
 #ifndef PE_CORE_H
 #define PE_CORE_H
 
 #include <stdint.h>
 #include <stddef.h>
+#include <errno.h>
+#include <unistd.h>
 #include "pe_abi.h"
 #include "pe_compat.h"
 
@@ -20,12 +44,19 @@
 /* Push v exactly: a Lua integer on 5.3+, a number when < 2^53, otherwise a
  * uint64_t cdata on LuaJIT and a "0x..." string on PUC 5.1. */
 void pe_push_u64(lua_State *L, uint64_t v);
-void pe_push_s64(lua_State *L, int64_t v);
 /* Read a 64-bit value: integer, integral number, decimal/0x string, or a
  * LuaJIT int64/uint64 cdata.  Returns 1 and sets *out, or 0 if idx holds
  * something else (message in *why). */
 int pe_to_u64(lua_State *L, int idx, uint64_t *out, const char **why);
 uint64_t pe_check_u64(lua_State *L, int arg);
+/* field k of the table at t as a 64-bit value, dflt when nil; raises
+ * "field 'k': why, got type" otherwise */
+uint64_t pe_opt_u64(lua_State *L, int t, const char *k, uint64_t dflt);
+/* The Lua number at idx as an int in lo..hi, for values the kernel takes
+ * as int (pid, cpu, fds, pages, ioctl arguments): raises "what: N is out
+ * of range (argument must be lo..hi)" or "what: N is not an integer"
+ * instead of truncating. */
+int pe_check_int(lua_State *L, int idx, const char *what, int lo, int hi);
 int pe_u64_init(lua_State *L);
 
 /* ---- errors (errors.c) -------------------------------------------------- */
@@ -76,9 +107,20 @@ size_t pe_readfmt_size(uint64_t rf, uint64_t nr);
 /* value * enabled / running without overflow (C7); running==0 -> 0 */
 uint64_t pe_scale(uint64_t value, uint64_t enabled, uint64_t running);
 void pe_push_reading(lua_State *L, const pe_reading *r, uint64_t rf);
+/* The index in r->v of the value with this id (GROUP|ID reads), looking
+ * at index 'hint' first (a member's usual place); -1 when none has it.
+ * Inline: the read paths call it per member. */
+static inline long pe_reading_find(const pe_reading *r, uint64_t id, uint64_t hint)
+{
+  uint64_t k;
+  if (hint < r->nr && r->v[hint].id == id) return (long)hint;
+  for (k = 0; k < r->nr; k++)
+    if (r->v[k].id == id) return (long)k;
+  return -1;
+}
 int pe_l_decode_read(lua_State *L);
 
-/* ---- events (event.c) --------------------------------------------------- */
+/* ---- the event object (lifecycle.c) ------------------------------------ */
 /* the calling thread's id, cached per thread (reset in a forked child) */
 int pe_current_tid(void);
 #define PE_EV_CLOSED    0x1u
@@ -122,51 +164,122 @@ typedef struct pe_event {
   uint64_t tail;             /* ring consumer position */
   uint64_t lost;             /* records lost reported by LOST records */
   uint64_t lost_samples;     /* ... and by LOST_SAMPLES */
-  void *scratch;             /* contiguous copy of a wrapped record */
+  void *scratch;             /* ring.c's state: one malloc, freed on close */
   size_t scratch_len;
   struct pe_attr attr;       /* what was passed to the kernel */
   unsigned gen;              /* pe_fork_gen when created (see below) */
-  /* shared rings (ring.c, CHECKLIST E6): the decode layouts, by id, of the
-   * events whose records go to a ring.  own_lt: the table of this event's
-   * own ring (created when another event is redirected into it); out_lt:
-   * the table of the ring this event was redirected to by set_output.
-   * Reference-counted heap tables holding copies, never event pointers. */
+  /* shared rings (layouts.c, CHECKLIST E6): the decode layouts, by id, of
+   * the events whose records go to a ring.  own_lt: the table of this
+   * event's own ring (created when another event is redirected into it);
+   * out_lt: the table of the ring this event was redirected to by
+   * set_output.  Reference-counted heap tables holding copies, never
+   * event pointers. */
   struct pe_layouts *own_lt;
   struct pe_layouts *out_lt;
+  void *aux;                 /* AUX mapping (ev:map_aux), NULL if none */
+  size_t aux_len;
 } pe_event;
 
-/* Bumped in a forked child (pthread_atfork).  The kernel does not copy
- * perf mappings into a child (VM_DONTCOPY), so an event whose gen differs
- * has a stale page pointer: pe_to_event forgets its mapping (no munmap)
- * before any method runs, and the FFI entry points fall back to it. */
+/* Bumped in a forked child (pthread_atfork, registered by
+ * pe_lifecycle_init).  The kernel does not copy perf mappings into a child
+ * (VM_DONTCOPY), so an event whose gen differs has a stale page pointer:
+ * pe_to_event forgets its mapping (no munmap) before any method runs, and
+ * the FFI entry points fall back to it. */
 extern unsigned pe_fork_gen;
+void pe_lifecycle_init(void);
+/* forgets the mapping a forked child does not have (gen != pe_fork_gen) */
 void pe_event_after_fork(pe_event *ev);
 
+/* the event at idx (may be closed); raises on another type.  Inline, as
+ * pe_check_event: every method's first call */
+static inline pe_event *pe_to_event(lua_State *L, int idx)
+{
+  pe_event *ev = (pe_event *)luaL_checkudata(L, idx, PE_EVENT_MT);
+  if (ev->gen != pe_fork_gen) pe_event_after_fork(ev);
+  return ev;
+}
+/* raises if closed */
+static inline pe_event *pe_check_event(lua_State *L, int idx)
+{
+  pe_event *ev = pe_to_event(L, idx);
+  if (ev->fd < 0) luaL_error(L, "attempt to use a closed perf_event.event");
+  return ev;
+}
+/* the event at idx or NULL when it is something else; fork fixed up */
+pe_event *pe_test_event(lua_State *L, int idx);
+/* the name given at open (kept in the userdata's uservalue), "?" if none */
+const char *pe_event_name(lua_State *L, int idx);
+/* munmaps the user page/ring and AUX area, frees the ring state, leaves
+ * the shared-ring tables, closes the fd; idempotent; 1 if it was open */
+int pe_event_close(pe_event *ev);
+/* read(2) retried on EINTR; the result of read(2) (inline: the read
+ * paths' hot call) */
+static inline long pe_read_fd(int fd, void *buf, size_t len)
+{
+  long n;
+  do n = (long)read(fd, buf, len); while (n < 0 && errno == EINTR);
+  return n;
+}
+long pe_page_size(void);
+/* pushes the error triple of a failed ev:read()/group:read() of the event
+ * at idx: n == 0 is the error state of a pinned event (C9) */
+int pe_push_read_error(lua_State *L, int idx, long n, int err);
+/* core.open(attr, opts) */
+int pe_l_open(lua_State *L);
+
+/* ---- shared-ring layouts (layouts.c) ------------------------------------ */
+typedef struct pe_decode_cfg pe_decode_cfg;
+/* after a successful SET_OUTPUT of ev to target (NULL: detached or an fd
+ * we do not know), moves ev's layout to target's ring table; name is kept
+ * for the Lua layer (tracepoint formats). */
+void pe_layouts_join(pe_event *ev, pe_event *target, const char *name);
+/* ev's layout leaves the ring it joined; ev's own table is released */
+void pe_layouts_release(pe_event *ev);
+/* adds an event with this id/attr/name to the table of ev's ring
+ * (created when needed): simulated shared rings; 0 or -1 (no memory) */
+int pe_layouts_add_attr(pe_event *ev, uint64_t id, const struct pe_attr *a,
+                        const char *name);
+/* the layout to decode rec (len >= 8 bytes, from ev's ring) with: own
+ * when not attributed by id; NULL with msg filled when the record cannot
+ * be attributed */
+const pe_decode_cfg *pe_layouts_cfg(const pe_event *ev, const pe_decode_cfg *own,
+                                    const unsigned char *rec, size_t len,
+                                    char *msg, size_t msglen);
+/* a number that changes whenever the events redirected into ev's ring
+ * change; 0 when none ever was */
+unsigned pe_layouts_version(const pe_event *ev);
+/* pushes by_id and {[id] = {name=, type=, config=, sample_type=}} of the
+ * events redirected into ev's ring; returns 2 */
+int pe_layouts_push(lua_State *L, const pe_event *ev);
+
+/* ---- groups (group.c) --------------------------------------------------- */
 typedef struct pe_group {
   /* n (-1 once closed), read_format (the leader's), ev[]: the fast view */
   PE_FAST_GROUP_BODY(pe_event)
 } pe_group;
 
-/* enable/disable/reset a whole group (event.c) -> 0, or -1 with errno */
+/* enable/disable/reset a whole group -> 0, or -1 with errno */
 int pe_group_ioctl(pe_group *g, unsigned long req);
+/* creates the "perf_event.group" metatable; stores it as group_mt and
+ * make_group in the module table on top of the stack (at index mod), its C
+ * methods as core._private.group_methods */
+void pe_open_groups(lua_State *L, int mod);
 
-pe_event *pe_check_event(lua_State *L, int idx);   /* raises if closed */
-pe_event *pe_to_event(lua_State *L, int idx);      /* may be closed */
-int pe_event_close(pe_event *ev);
+/* ---- events (event.c) --------------------------------------------------- */
+/* ev:read()'s numbers: out[0] the unscaled value (a GROUP member's own),
+ * out[1] time_enabled, out[2] time_running, through the user page when it
+ * can be used, else read(2).  -> 0, or -1 with *nread the read(2) result
+ * (<= 0: errno set; > 0: bytes of a short or inconsistent read). */
+int pe_event_read(pe_event *ev, uint64_t out[3], long *nread);
 int pe_open_events(lua_State *L);
-/* ring.c: adds the sampling methods to the table on top of the stack */
-void pe_ring_methods(lua_State *L);
-/* ring.c: releases the AUX mapping and the shared-ring layout tables
- * (called by pe_event_close) and adds
- * core's record functions to the module table on top of the stack */
-void pe_ring_close(pe_event *ev);
-void pe_ring_funcs(lua_State *L);
-/* ring.c: after a successful SET_OUTPUT of ev to target (NULL: detached or
- * an fd we do not know), moves ev's layout to target's ring table; name is
- * kept for the Lua layer (tracepoint formats). */
-void pe_ring_join(pe_event *ev, pe_event *target, const char *name);
 /* spawn.c: adds spawn/catch_signals/wait_pid to the module table on top */
 void pe_open_spawn(lua_State *L);
+
+/* ---- ring (ring.c) ------------------------------------------------------ */
+/* adds the sampling methods to the table on top of the stack */
+void pe_ring_methods(lua_State *L);
+/* adds core's record functions to the module table on top of the stack */
+void pe_ring_funcs(lua_State *L);
 
 /* ---- user page and FFI fast path (userpage.c, fast.c) ------------------- */
 /* ev:read() through the user page (seqlock + rdpmc): 0 with out = unscaled
@@ -175,14 +288,8 @@ int pe_userpage_try_read(const pe_event *ev, uint64_t out[3]);
 /* 0 when a read now would use rdpmc, else the reason (for info()) */
 int pe_userpage_usable(const pe_event *ev);
 const char *pe_userpage_reason(int rc);
-/* recomputes ev->plain_fd1 after the fd, the mapping or the format changed */
-void pe_fast_plain(pe_event *ev);
-/* pushes core._private (the Lua layer's hooks; created on first use) with
- * the module table at index mod */
-void pe_push_private(lua_State *L, int mod);
-/* core._private[name] = the value on top of the stack (left there) */
-void pe_set_private(lua_State *L, int mod, const char *name);
-/* adds time_conv, _userpage_sim, _fast_token to the module table on top */
+/* adds time_conv to the module table on top, and fast_token/fast_cdef to
+ * core._private */
 void pe_fast_open(lua_State *L);
 
 /* ---- entry point -------------------------------------------------------- */

@@ -23,6 +23,12 @@ typedef struct pe_decode_cfg {
 /* The decode description of an event's attr. */
 void pe_decode_cfg_from_attr(pe_decode_cfg *c, const struct pe_attr *a);
 
+/* The decode description from a table's sample_type, read_format,
+ * branch_sample_type (numbers, name tables or "a|b" strings),
+ * sample_regs_user, sample_regs_intr and sample_id_all (boolean) fields;
+ * absent fields are 0.  t must be an absolute index. */
+void pe_decode_cfg_from_table(lua_State *L, int t, pe_decode_cfg *c);
+
 /* Bytes of the sample_id trailer non-SAMPLE records carry (E4). */
 size_t pe_sample_id_size(uint64_t sample_type);
 

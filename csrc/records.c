@@ -97,18 +97,7 @@ static void set_hex(lua_State *L, const char *k, const unsigned char *b, size_t 
 }
 
 /* ---- names ------------------------------------------------------------- */
-static const char *const type_names[] = {
-  NULL, "mmap", "lost", "comm", "exit", "throttle", "unthrottle", "fork",
-  "read", "sample", "mmap2", "aux", "itrace_start", "lost_samples", "switch",
-  "switch_cpu_wide", "namespaces", "ksymbol", "bpf_event", "cgroup",
-  "text_poke", "aux_output_hw_id", "callchain_deferred"
-};
-
-const char *pe_record_type_name(uint32_t type)
-{
-  if (type < sizeof type_names / sizeof type_names[0]) return type_names[type];
-  return NULL;
-}
+/* record type names: pe_record_type_name (abi.c) */
 
 typedef struct { uint64_t bit; const char *name; } flagname;
 
@@ -682,6 +671,23 @@ int pe_decode_record(lua_State *L, const unsigned char *rec, size_t len,
   return 1;
 }
 
+void pe_decode_cfg_from_table(lua_State *L, int t, pe_decode_cfg *c)
+{
+  int top = lua_gettop(L);
+  lua_getfield(L, t, "sample_type");
+  if (!lua_isnil(L, -1)) pe_flags_from_value(L, -1, "sample_type", &c->sample_type);
+  lua_getfield(L, t, "read_format");
+  if (!lua_isnil(L, -1)) pe_flags_from_value(L, -1, "read_format", &c->read_format);
+  lua_getfield(L, t, "branch_sample_type");
+  if (!lua_isnil(L, -1))
+    pe_flags_from_value(L, -1, "branch_sample_type", &c->branch_sample_type);
+  lua_getfield(L, t, "sample_id_all");
+  c->sample_id_all = lua_toboolean(L, -1);
+  lua_settop(L, top);
+  c->regs_user = pe_opt_u64(L, t, "sample_regs_user", 0);
+  c->regs_intr = pe_opt_u64(L, t, "sample_regs_intr", 0);
+}
+
 /*
  * core.decode_record(bytes, opts) -> record | nil, message
  *   opts: sample_type, read_format, branch_sample_type (numbers, name
@@ -696,20 +702,7 @@ int pe_l_decode_record(lua_State *L)
   memset(&cfg, 0, sizeof cfg);
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
-    lua_getfield(L, 2, "sample_type");
-    if (!lua_isnil(L, -1)) pe_flags_from_value(L, -1, "sample_type", &cfg.sample_type);
-    lua_getfield(L, 2, "read_format");
-    if (!lua_isnil(L, -1)) pe_flags_from_value(L, -1, "read_format", &cfg.read_format);
-    lua_getfield(L, 2, "branch_sample_type");
-    if (!lua_isnil(L, -1))
-      pe_flags_from_value(L, -1, "branch_sample_type", &cfg.branch_sample_type);
-    lua_getfield(L, 2, "sample_regs_user");
-    if (!lua_isnil(L, -1)) cfg.regs_user = pe_check_u64(L, lua_gettop(L));
-    lua_getfield(L, 2, "sample_regs_intr");
-    if (!lua_isnil(L, -1)) cfg.regs_intr = pe_check_u64(L, lua_gettop(L));
-    lua_getfield(L, 2, "sample_id_all");
-    cfg.sample_id_all = lua_toboolean(L, -1);
-    lua_settop(L, 2);
+    pe_decode_cfg_from_table(L, 2, &cfg);
   }
   if (!pe_decode_record(L, buf, len, &cfg)) {
     lua_pushnil(L);

@@ -20,6 +20,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -269,11 +270,23 @@ static long long now_ms(void)
   return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* an optional timeout in ms at idx: nil or negative -1 (no timeout);
+ * beyond INT_MAX clamped (never wrapped into a short one) */
+static int opt_timeout(lua_State *L, int idx)
+{
+  lua_Number t;
+  if (lua_isnoneornil(L, idx)) return -1;
+  t = luaL_checknumber(L, idx);
+  if (t != t) return luaL_argerror(L, idx, "timeout is NaN");
+  if (t < 0) return -1;
+  return t > (lua_Number)INT_MAX ? INT_MAX : (int)t;
+}
+
 /* child:wait([timeout_ms]): no timeout (or negative) waits for the end */
 static int l_child_wait(lua_State *L)
 {
   pe_child *c = check_child(L);
-  int timeout = (int)luaL_optinteger(L, 2, -1);
+  int timeout = opt_timeout(L, 2);
   int pfd, r;
   long long deadline = timeout >= 0 ? now_ms() + timeout : -1;
   if (c->pid == 0) return push_status(L, c);
@@ -303,7 +316,7 @@ static int l_child_wait(lua_State *L)
 static int l_child_kill(lua_State *L)
 {
   pe_child *c = check_child(L);
-  int sig = (int)luaL_optinteger(L, 2, SIGTERM);
+  int sig = lua_isnoneornil(L, 2) ? SIGTERM : pe_check_int(L, 2, "kill: signal", 0, INT_MAX);
   if (c->pid <= 0) return pe_push_syserror(L, "kill", "child", ESRCH, "the child has exited");
   if (kill(c->pid, sig) < 0) return pe_push_syserror(L, "kill", "child", errno, NULL);
   lua_pushboolean(L, 1);
@@ -350,8 +363,8 @@ static int l_catch_signals(lua_State *L)
 /* core.wait_pid(pid [, timeout_ms]): waits for any process to exit */
 static int l_wait_pid(lua_State *L)
 {
-  pid_t pid = (pid_t)luaL_checkinteger(L, 1);
-  int timeout = (int)luaL_optinteger(L, 2, -1);
+  pid_t pid = (pid_t)pe_check_int(L, 1, "wait_pid: pid", INT_MIN, INT_MAX);
+  int timeout = opt_timeout(L, 2);
   long long deadline = timeout >= 0 ? now_ms() + timeout : -1;
   int pfd, r;
   if (pid <= 0) return luaL_argerror(L, 1, "expected a pid > 0");

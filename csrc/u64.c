@@ -75,18 +75,6 @@ void pe_push_u64(lua_State *L, uint64_t v)
 #endif
 }
 
-void pe_push_s64(lua_State *L, int64_t v)
-{
-#if PE_HAVE_INT64
-  lua_pushinteger(L, (lua_Integer)v);
-#else
-  if (v > -(1LL << 53) && v < (1LL << 53))
-    lua_pushnumber(L, (lua_Number)v);
-  else
-    pe_push_u64(L, (uint64_t)v);   /* bit pattern, documented */
-#endif
-}
-
 static int parse_u64_string(const char *s, size_t len, uint64_t *out)
 {
   char *end;
@@ -172,4 +160,31 @@ uint64_t pe_check_u64(lua_State *L, int arg)
   if (!pe_to_u64(L, arg, &v, &why))
     luaL_argerror(L, arg, lua_pushfstring(L, "%s, got %s", why, luaL_typename(L, arg)));
   return v;
+}
+
+uint64_t pe_opt_u64(lua_State *L, int t, const char *k, uint64_t dflt)
+{
+  uint64_t v = dflt;
+  const char *why;
+  lua_getfield(L, t, k);
+  if (!lua_isnil(L, -1) && !pe_to_u64(L, -1, &v, &why))
+    luaL_error(L, "field '%s': %s, got %s", k, why, luaL_typename(L, -1));
+  lua_pop(L, 1);
+  return v;
+}
+
+int pe_check_int(lua_State *L, int idx, const char *what, int lo, int hi)
+{
+  lua_Number n;
+  char num[32];
+  if (lua_type(L, idx) != LUA_TNUMBER)
+    return luaL_error(L, "%s: expected an integer, got %s", what, luaL_typename(L, idx));
+  n = lua_tonumber(L, idx);
+  snprintf(num, sizeof num, "%.14g", (double)n);   /* the same text on every Lua */
+  /* compared as doubles before any cast: (int)1e12 is undefined */
+  if (!(n >= (lua_Number)lo && n <= (lua_Number)hi))
+    return luaL_error(L, "%s: %s is out of range (argument must be %d..%d)", what, num, lo, hi);
+  if (n != (lua_Number)(int)n)
+    return luaL_error(L, "%s: %s is not an integer", what, num);
+  return (int)n;
 }

@@ -5,8 +5,9 @@
  * time_running, and perf-timestamp <-> TSC conversion (D21).
  *
  * Owns: pe_userpage_read (the one loop, used by real events and by the
- * simulated tests through injectable rdpmc/rdtsc hooks), the per-arch
- * counter reads, core.time_conv and the test-only core._userpage_sim.
+ * simulated pages of the test-only pesim module through injectable
+ * rdpmc/rdtsc hooks), the per-arch counter reads and core.time_conv.
+ * Calls lifecycle.c (thread id, accessors) and the leaves.
  *
  * Deliberate differences from the D19/D20 snippet, both about time:
  *  - the TSC is read whenever cap_user_time is set, not only when
@@ -78,11 +79,6 @@ static inline uint64_t arch_rdpmc(uint32_t counter) { (void)counter; return 0; }
 static inline uint64_t arch_rdtsc(void) { return 0; }
 static inline int arch_counter_ok(uint32_t counter) { (void)counter; return 0; }
 #endif
-
-int pe_userpage_arch_ok(void)
-{
-  return PE_UP_ARCH;
-}
 
 /* ---- the page: relaxed single loads, ordered by the lock's acquire ----- */
 #define LD(field) __atomic_load_n(&pc->field, __ATOMIC_RELAXED)
@@ -258,19 +254,6 @@ static uint64_t page_tconv(const struct pe_mmap_page *pc, pe_tconv *c)
   return caps;
 }
 
-static const char *udata_name(lua_State *L, int idx)
-{
-  const char *s = NULL;
-  pe_getuservalue(L, idx);
-  if (lua_istable(L, -1)) {
-    lua_getfield(L, -1, "name");
-    s = lua_tostring(L, -1);
-    lua_pop(L, 1);           /* anchored in the uservalue table */
-  }
-  lua_pop(L, 1);
-  return s ? s : "?";
-}
-
 static int tc_to_tsc(lua_State *L)
 {
   const pe_tconv *c = (const pe_tconv *)lua_touserdata(L, lua_upvalueindex(1));
@@ -285,17 +268,6 @@ static int tc_to_perf(lua_State *L)
   return 1;
 }
 
-static uint64_t field_u64(lua_State *L, int t, const char *k, uint64_t dflt)
-{
-  uint64_t v = dflt;
-  const char *why;
-  lua_getfield(L, t, k);
-  if (!lua_isnil(L, -1) && !pe_to_u64(L, -1, &v, &why))
-    luaL_error(L, "field '%s': %s, got %s", k, why, luaL_typename(L, -1));
-  lua_pop(L, 1);
-  return v;
-}
-
 /*
  * core.time_conv(ev | params) -> conv | nil, msg
  *   params: {time_zero=, time_mult=, time_shift=, time_cycles=, time_mask=,
@@ -306,16 +278,15 @@ int pe_l_time_conv(lua_State *L)
 {
   pe_tconv *c;
   pe_tconv tmp;
-  pe_event *ev = (pe_event *)pe_testudata(L, 1, PE_EVENT_MT);
+  pe_event *ev = pe_test_event(L, 1);      /* fork fixed up: no mapping in a child */
   memset(&tmp, 0, sizeof tmp);
   if (ev) {
     uint64_t caps;
     if (ev->fd < 0) return luaL_error(L, "attempt to use a closed perf_event.event");
-    if (ev->gen != pe_fork_gen) pe_event_after_fork(ev);   /* no mapping in a child */
     if (!ev->page) {
       lua_pushnil(L);
       lua_pushfstring(L, "time_conv(%s): the event has no user page (only mapped events "
-                      "carry the conversion)", udata_name(L, 1));
+                      "carry the conversion)", pe_event_name(L, 1));
       return 2;
     }
     caps = page_tconv(ev->page, &tmp);
@@ -326,23 +297,23 @@ int pe_l_time_conv(lua_State *L)
       lua_pushfstring(L, "time_conv(%s): the kernel does not offer cap_user_time_zero on "
                       "this event's user page (capabilities=%s): the perf clock is not "
                       "derived from the TSC here (e.g. a VM without a stable TSC)",
-                      udata_name(L, 1), hex);
+                      pe_event_name(L, 1), hex);
       return 2;
     }
   } else if (lua_istable(L, 1)) {
     uint64_t v;
-    tmp.time_zero = field_u64(L, 1, "time_zero", 0);
-    v = field_u64(L, 1, "time_mult", 0);
+    tmp.time_zero = pe_opt_u64(L, 1, "time_zero", 0);
+    v = pe_opt_u64(L, 1, "time_mult", 0);
     if (v == 0 || v > UINT32_MAX) return luaL_argerror(L, 1, "time_mult must be 1..2^32-1");
     tmp.time_mult = (uint32_t)v;
-    v = field_u64(L, 1, "time_shift", 0);
+    v = pe_opt_u64(L, 1, "time_shift", 0);
     if (v >= 64) return luaL_argerror(L, 1, "time_shift must be 0..63");
     tmp.time_shift = (uint16_t)v;
     lua_getfield(L, 1, "cap_user_time_short");
     tmp.time_short = lua_toboolean(L, -1);
     lua_pop(L, 1);
-    tmp.time_cycles = tmp.time_short ? field_u64(L, 1, "time_cycles", 0) : 0;
-    tmp.time_mask = tmp.time_short ? field_u64(L, 1, "time_mask", ~(uint64_t)0) : ~(uint64_t)0;
+    tmp.time_cycles = tmp.time_short ? pe_opt_u64(L, 1, "time_cycles", 0) : 0;
+    tmp.time_mask = tmp.time_short ? pe_opt_u64(L, 1, "time_mask", ~(uint64_t)0) : ~(uint64_t)0;
   } else {
     return luaL_argerror(L, 1, "expected a perf_event.event or a table of time_* fields");
   }
@@ -358,205 +329,5 @@ int pe_l_time_conv(lua_State *L)
   lua_pushvalue(L, -1);
   lua_pushcclosure(L, tc_to_tsc, 1); lua_setfield(L, -3, "to_tsc");
   lua_pushcclosure(L, tc_to_perf, 1); lua_setfield(L, -2, "to_perf");
-  return 1;
-}
-
-/* ---- simulated pages (test only) ---------------------------------------
- * core._userpage_sim(t) builds a perf_event_mmap_page in malloc'ed memory
- * from t's fields and reads it with pe_userpage_event_read - the function
- * ev:read() uses - with scripted rdpmc/rdtsc values instead of the CPU's.
- *   t.pmc / t.tsc: a value or an array (one per call; the last repeats)
- *   t.tear: array of field updates; the k-th rdpmc call (or rdtsc call,
- *     when t.tear_on == "tsc") applies update k to the page, as a kernel
- *     update racing with the read would; lock += 2 unless the update sets it
- *   t.read_format (default 3), t.inherit, t.selfmon (default true)
- * Returns {status=, reason=, value=, enabled=, running=, count=, loops=,
- *          index=, counter=, pmc_calls=, tsc_calls=}.
- */
-#define SIM_MAX 16
-#define SIM_HDR offsetof(struct pe_mmap_page, reserved)
-
-typedef struct sim {
-  pe_up_hooks h;               /* first: the hooks get a pointer to it */
-  struct pe_mmap_page *pc;
-  uint64_t pmc[SIM_MAX], tsc[SIM_MAX];
-  int npmc, ntsc, pmc_calls, tsc_calls;
-  unsigned char tear[SIM_MAX][SIM_HDR];
-  int ntear, itear, tear_on_tsc;
-  uint32_t counter;
-} sim;
-
-static void sim_tear(sim *s)
-{
-  if (s->itear < s->ntear) memcpy(s->pc, s->tear[s->itear++], SIM_HDR);
-}
-
-static uint64_t sim_rdpmc(pe_up_hooks *h, uint32_t counter)
-{
-  sim *s = (sim *)h;
-  uint64_t v = s->npmc ? s->pmc[s->pmc_calls < s->npmc ? s->pmc_calls : s->npmc - 1] : 0;
-  s->pmc_calls++;
-  s->counter = counter;
-  if (!s->tear_on_tsc) sim_tear(s);
-  return v;
-}
-
-static uint64_t sim_rdtsc(pe_up_hooks *h)
-{
-  sim *s = (sim *)h;
-  uint64_t v = s->ntsc ? s->tsc[s->tsc_calls < s->ntsc ? s->tsc_calls : s->ntsc - 1] : 0;
-  s->tsc_calls++;
-  if (s->tear_on_tsc) sim_tear(s);
-  return v;
-}
-
-static const char *const sim_fields[] = {
-  "version", "compat_version", "lock", "index", "offset", "time_enabled",
-  "time_running", "capabilities", "pmc_width", "time_shift", "time_mult",
-  "time_offset", "time_zero", "size", "time_cycles", "time_mask", NULL
-};
-static const char *const sim_controls[] = {
-  "pmc", "tsc", "tear", "tear_on", "read_format", "inherit", "selfmon", "other_thread", NULL
-};
-
-static int in_list(const char *k, const char *const *l)
-{
-  for (; *l; l++) if (strcmp(k, *l) == 0) return 1;
-  return 0;
-}
-
-/* applies the page fields of table t to p; unknown keys are a mistake */
-static int sim_set(lua_State *L, int t, struct pe_mmap_page *p, int controls_ok)
-{
-  int lock_set = 0;
-  lua_pushnil(L);
-  while (lua_next(L, t)) {
-    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-    uint64_t v;
-    if (!k || !in_list(k, sim_fields)) {
-      if (k && controls_ok && in_list(k, sim_controls)) { lua_pop(L, 1); continue; }
-      return luaL_error(L, "_userpage_sim: unknown page field '%s'", k ? k : luaL_typename(L, -2));
-    }
-    v = pe_check_u64(L, -1);
-#define SET(f) else if (strcmp(k, #f) == 0) p->f = (__typeof__(p->f))v
-    if (0) {}
-    SET(version); SET(compat_version); SET(lock); SET(index); SET(offset);
-    SET(time_enabled); SET(time_running); SET(capabilities); SET(pmc_width);
-    SET(time_shift); SET(time_mult); SET(time_offset); SET(time_zero); SET(size);
-    SET(time_cycles); SET(time_mask);
-#undef SET
-    if (strcmp(k, "lock") == 0) lock_set = 1;
-    lua_pop(L, 1);
-  }
-  return lock_set;
-}
-
-static int sim_values(lua_State *L, int t, const char *k, uint64_t *dst)
-{
-  int n = 0;
-  lua_getfield(L, t, k);
-  if (lua_istable(L, -1)) {
-    int i, len = (int)pe_rawlen(L, -1);
-    if (len > SIM_MAX) luaL_error(L, "_userpage_sim: at most %d '%s' values", SIM_MAX, k);
-    for (i = 1; i <= len; i++) {
-      lua_rawgeti(L, -1, i);
-      dst[n++] = pe_check_u64(L, lua_gettop(L));
-      lua_pop(L, 1);
-    }
-  } else if (!lua_isnil(L, -1)) {
-    dst[n++] = pe_check_u64(L, lua_gettop(L));
-  }
-  lua_pop(L, 1);
-  return n;
-}
-
-static const char *const up_codes[] = {
-  "ok", "nocap", "noindex", "noarch", "badwidth", "badtime", "negative", "nopage",
-  "inherit", "stale", "thread"
-};
-
-int pe_l_userpage_sim(lua_State *L)
-{
-  sim s;
-  pe_event ev;
-  pe_up_result r;
-  uint64_t out[3];
-  struct pe_mmap_page *pc;
-  int rc;
-
-  luaL_checktype(L, 1, LUA_TTABLE);
-  lua_settop(L, 1);
-  memset(&s, 0, sizeof s);
-  memset(&ev, 0, sizeof ev);
-  memset(&r, 0, sizeof r);
-  /* build everything that can raise before allocating the page */
-  {
-    struct pe_mmap_page hdr;
-    memset(&hdr, 0, sizeof hdr);
-    hdr.size = (uint32_t)SIM_HDR;
-    sim_set(L, 1, &hdr, 1);
-    s.npmc = sim_values(L, 1, "pmc", s.pmc);
-    s.ntsc = sim_values(L, 1, "tsc", s.tsc);
-    lua_getfield(L, 1, "tear");                    /* 2 */
-    if (lua_istable(L, 2)) {
-      int i, len = (int)pe_rawlen(L, 2);
-      if (len > SIM_MAX) luaL_error(L, "_userpage_sim: at most %d tear updates", SIM_MAX);
-      for (i = 1; i <= len; i++) {
-        lua_rawgeti(L, 2, i);
-        luaL_checktype(L, 3, LUA_TTABLE);
-        if (!sim_set(L, 3, &hdr, 0)) hdr.lock += 2;
-        memcpy(s.tear[i - 1], &hdr, SIM_HDR);
-        lua_pop(L, 1);
-      }
-      s.ntear = len;
-    }
-    lua_pop(L, 1);
-    lua_getfield(L, 1, "tear_on");
-    s.tear_on_tsc = lua_isstring(L, -1) && strcmp(lua_tostring(L, -1), "tsc") == 0;
-    lua_pop(L, 1);
-    ev.read_format = field_u64(L, 1, "read_format", RF_TIMES);
-    lua_getfield(L, 1, "inherit");
-    if (lua_toboolean(L, -1)) ev.attr.flags |= PE_FLAG_BIT(inherit);
-    lua_getfield(L, 1, "selfmon");
-    if (lua_isnil(L, -1) || lua_toboolean(L, -1)) ev.flags |= PE_EV_SELFMON;
-    lua_pop(L, 2);
-    lua_getfield(L, 1, "other_thread");
-    ev.tid = lua_toboolean(L, -1) ? -1 : pe_current_tid();
-    lua_pop(L, 1);
-    /* the initial page: the top-level fields again, on a clean header */
-    memset(&hdr, 0, sizeof hdr);
-    hdr.size = (uint32_t)SIM_HDR;
-    sim_set(L, 1, &hdr, 1);
-    pc = (struct pe_mmap_page *)calloc(1, sizeof *pc);
-    if (!pc) return luaL_error(L, "_userpage_sim: out of memory");
-    memcpy(pc, &hdr, SIM_HDR);
-  }
-  s.pc = pc;
-  s.h.rdpmc = sim_rdpmc;
-  s.h.rdtsc = sim_rdtsc;
-  ev.fd = 1 << 30;        /* never used: the fake event is never read(2) */
-  ev.page = pc;
-
-  rc = pe_userpage_event_read(&ev, &s.h, out, &r);
-  free(pc);
-
-  lua_createtable(L, 0, 12);
-  lua_pushstring(L, rc >= 0 && rc <= PE_UP_THREAD ? up_codes[rc] : "?");
-  lua_setfield(L, -2, "status");
-  lua_pushstring(L, pe_userpage_reason(rc)); lua_setfield(L, -2, "reason");
-  if (rc == PE_UP_OK) {
-    /* scaled as ev:read() scales it (both times in read_format) */
-    pe_push_u64(L, (ev.read_format & RF_TIMES) == RF_TIMES ? pe_scale(out[0], out[1], out[2])
-                                                           : out[0]);
-    lua_setfield(L, -2, "value");
-    pe_push_u64(L, out[1]); lua_setfield(L, -2, "enabled");
-    pe_push_u64(L, out[2]); lua_setfield(L, -2, "running");
-    pe_push_u64(L, r.count); lua_setfield(L, -2, "count");
-    lua_pushinteger(L, r.loops); lua_setfield(L, -2, "loops");
-    lua_pushinteger(L, (lua_Integer)r.index); lua_setfield(L, -2, "index");
-  }
-  lua_pushinteger(L, (lua_Integer)s.counter); lua_setfield(L, -2, "counter");
-  lua_pushinteger(L, s.pmc_calls); lua_setfield(L, -2, "pmc_calls");
-  lua_pushinteger(L, s.tsc_calls); lua_setfield(L, -2, "tsc_calls");
   return 1;
 }

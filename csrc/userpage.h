@@ -8,7 +8,8 @@
 #include <stdint.h>
 #include "pe_core.h"
 
-/* Injectable counter and clock reads, for the simulated tests.  A NULL
+/* Injectable counter and clock reads, for the simulated tests
+ * (spec/support/pesim.c).  A NULL
  * hooks pointer means "this CPU": rdpmc/mrs and rdtsc/cntvct. */
 typedef struct pe_up_hooks {
   uint64_t (*rdpmc)(struct pe_up_hooks *h, uint32_t counter);  /* counter = index - 1 */
@@ -39,9 +40,6 @@ enum {
   PE_UP_THREAD        /* read from another thread than the one that opened it */
 };
 
-/* 1 when this build can read a counter from user space on this arch */
-int pe_userpage_arch_ok(void);
-
 /* The D19/D20 algorithm on page pc.  Returns PE_UP_OK and fills *r, or a
  * PE_UP_* reason.  rdpmc is executed only when the page says
  * cap_user_rdpmc && index != 0. */
@@ -64,8 +62,7 @@ typedef struct pe_tconv {
 uint64_t pe_tconv_to_tsc(const pe_tconv *c, uint64_t timestamp);
 uint64_t pe_tconv_to_perf(const pe_tconv *c, uint64_t cyc);
 
-/* Lua functions (registered by core.c) */
+/* core.time_conv (registered by fast.c) */
 int pe_l_time_conv(lua_State *L);
-int pe_l_userpage_sim(lua_State *L);
 
 #endif /* PE_USERPAGE_H */

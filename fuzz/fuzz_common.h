@@ -1,9 +1,9 @@
 /*
  * fuzz_common.h - shared helpers of the libFuzzer targets (fuzz/fuzz_*.c):
  * a byte reader over the fuzz input and a Lua 5.4 state with
- * perf_event.core loaded.  The targets link the core's sources and
- * liblua5.4.a into the fuzzer binary only; the shipped module links no
- * Lua library.
+ * perf_event.core and the test-only simulators (pesim) loaded.  The
+ * targets link the core's sources, spec/support/pesim.c and liblua5.4.a
+ * into the fuzzer binary only; the shipped module links no Lua library.
  */
 #ifndef FUZZ_COMMON_H
 #define FUZZ_COMMON_H
@@ -17,6 +17,7 @@
 #include <lualib.h>
 
 int luaopen_perf_event_core(lua_State *L);
+int luaopen_pesim(lua_State *L);
 
 typedef struct fz {
   const uint8_t *p;
@@ -42,8 +43,9 @@ static inline size_t fz_left(const fz *f)
   return f->n - f->pos;
 }
 
-/* a Lua state with the base library and core as global "core" (the
- * harness's own state: the module itself creates no globals) */
+/* a Lua state with the base library, core as global "core" and the
+ * simulators as global "pesim" (the harness's own state: the modules
+ * themselves create no globals) */
 static inline lua_State *fz_lua(void)
 {
   lua_State *L = luaL_newstate();
@@ -51,6 +53,8 @@ static inline lua_State *fz_lua(void)
   luaL_openlibs(L);
   luaL_requiref(L, "perf_event.core", luaopen_perf_event_core, 0);
   lua_setglobal(L, "core");
+  luaL_requiref(L, "pesim", luaopen_pesim, 0);
+  lua_setglobal(L, "pesim");
   return L;
 }
 

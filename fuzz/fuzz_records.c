@@ -21,9 +21,10 @@
  *  1. pe_decode_record directly on the records laid out linearly from the
  *     start of the data (the walk records() does on an unwrapped ring),
  *     each from an exact-size heap copy so ASan flags any overread;
- *  2. core.sim_ring with those head/tail values and the ring drained with
- *     records() (pe_ring_next: wrap, straddling copies, resync on corrupt
- *     headers, the write_backward snapshot), then lost()/ring()/poll(0)
+ *  2. pesim.sim_ring (spec/support/pesim.c) with those head/tail values
+ *     and the ring drained with records() (pe_ring_next: wrap, straddling
+ *     copies, resync on corrupt headers, the write_backward snapshot),
+ *     then lost()/ring()/poll(0)
  *     and close().  Errors raised to Lua are expected; crashes are not.
  * Property: a record the decoder accepts yields a table whose "type" is a
  * string; a rejected one leaves exactly one message string.
@@ -47,7 +48,7 @@ static const char drain[] =
   "    sample_id_all = mode % 32 >= 16, branch_sample_type = bst,\n"
   "    sample_regs_user = ru, sample_regs_intr = ri } }\n"
   "end\n"
-  "local ok, ev = pcall(core.sim_ring, opts)\n"
+  "local ok, ev = pcall(pesim.sim_ring, opts)\n"
   "if not ok then return 'sim_ring: ' .. tostring(ev) end\n"
   "local n = 0\n"
   "for _ = 1, 2 do\n"            /* twice: the second pass starts at the resynced tail */
@@ -125,7 +126,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pos += rs;
   }
 
-  /* 2: the ring code through core.sim_ring */
+  /* 2: the ring code through pesim.sim_ring */
   buf = (unsigned char *)calloc(1, ring);
   memcpy(buf, data + f.pos, dlen);
   if (luaL_loadbuffer(L, drain, sizeof drain - 1, "=drain") != 0) abort();

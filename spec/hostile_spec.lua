@@ -353,3 +353,78 @@ describe("hostile bytes through the decoders", function()
     assert.equal("read_format buffer truncated (16 bytes)", msg)
   end)
 end)
+
+-- Lua numbers the kernel takes as int are range-checked before the cast:
+-- (int)1e12 would silently become another pid/fd/count (or be undefined).
+-- Each case also shows what the old truncation would have done.
+describe("int arguments out of range (issue 11)", function()
+  local TC = { type = 1, config = 1 }       -- software/task-clock
+  local INT_MAX = 2 ^ 31 - 1
+
+  it("pid and cpu beyond int raise instead of truncating", function()
+    raises("option 'pid': 1000000000000 is out of range", core.open, TC, { pid = 1e12 })
+    raises("option 'pid': 4294967296 is out of range", core.open, TC, { pid = 2 ^ 32 })
+    raises("option 'pid': -2147483649 is out of range", core.open, TC, { pid = -2 ^ 31 - 1 })
+    raises("option 'cpu': 4294967296 is out of range", core.open, TC, { cpu = 2 ^ 32 })
+    raises("option 'pid': 1000000000000 is out of range", pe.open, "task-clock", { pid = 1e12 })
+    raises("option 'pid': 1.5 is not an integer", core.open, TC, { pid = 1.5 })
+    -- in range, the kernel decides: no task has pid INT_MAX (pid_max <= 2^22)
+    fails(ESRCH, "perf_event_open", core.open, TC, { pid = INT_MAX })
+    -- (int)(2^32 + our pid) would have been our pid: a silent self-measurement
+    raises("out of range", core.open, TC, { pid = 2 ^ 32 + U.pid() })
+  end)
+
+  it("group and cgroup fds beyond int raise; 2^32 + fd is not fd", function()
+    local leader = assert(core.open({ type = 1, config = 1, read_format = "group" }, {}))
+    raises("option 'group': " .. ("%d"):format(2 ^ 32 + leader:fd()) .. " is out of range",
+           core.open, TC, { group = 2 ^ 32 + leader:fd() })
+    raises("option 'cgroup': 4294967296 is out of range", core.open, TC, { cgroup = 2 ^ 32, cpu = 0 })
+    raises("option 'cgroup': -1 is out of range", core.open, TC, { cgroup = -1, cpu = 0 })
+    -- the fd itself still makes a group member
+    local m = assert(core.open(TC, { group = leader:fd() }))
+    assert.is_true(m:info().member)
+    m:close()
+    leader:close()
+  end)
+
+  it("pages and flags beyond int raise", function()
+    raises("option 'pages': 4294967296 is out of range", core.open, TC, { pages = 2 ^ 32 })
+    raises("option 'pages': 1e+15 is out of range", core.open, TC, { pages = 1e15 })
+    raises("option 'flags': 4294967304 is out of range", core.open, TC, { flags = 2 ^ 32 + 8 })
+  end)
+
+  it("ioctl fd arguments beyond int raise; in range the kernel answers", function()
+    local ev = assert(pe.open("task-clock"))
+    local other = assert(pe.open("task-clock"))
+    -- SET_OUTPUT's fd: the kernel would read 2^32 + fd as fd
+    raises("set_output: target fd: " .. ("%d"):format(2 ^ 32 + other:fd()) .. " is out of range",
+           ev.set_output, ev, 2 ^ 32 + other:fd())
+    fails(EBADF, "set_output(task-clock): EBADF", ev.set_output, ev, INT_MAX)
+    -- SET_BPF's fd was cast to u32: 2^32 + 5 became fd 5
+    raises("set_bpf: program fd: 4294967301 is out of range", ev.set_bpf, ev, 2 ^ 32 + 5)
+    raises("set_bpf: program fd: 1e+300 is out of range", ev.set_bpf, ev, 1e300)
+    fails(EBADF, "set_bpf(task-clock): EBADF", ev.set_bpf, ev, INT_MAX)
+    ev:close()
+    other:close()
+  end)
+
+  it("errno, pid and cpu of core.explain/strerror beyond int raise", function()
+    raises("strerror: errno: 4294967318 is out of range", core.strerror, 2 ^ 32 + 22)
+    assert.equal("EINVAL", (core.strerror(22)))
+    raises("explain: errno: 4294967309 is out of range", core.explain, 2 ^ 32 + 13, TC)
+    raises("explain: pid: 1000000000000 is out of range", core.explain, 13, TC, { pid = 1e12 })
+    raises("explain: cpu: 4294967296 is out of range", core.explain, 13, TC, { cpu = 2 ^ 32 })
+  end)
+
+  it("child:kill's signal and wait_pid's pid beyond int raise; a huge timeout is not short", function()
+    local child = assert(core.spawn({ "sleep", "0.3" }))
+    -- (int)(2^32 + 9) is SIGKILL
+    raises("kill: signal: 4294967305 is out of range", child.kill, child, 2 ^ 32 + 9)
+    assert.is_true(child:kill(0))      -- still there
+    raises("wait_pid: pid: 1000000000000 is out of range", core.wait_pid, 1e12, 0)
+    -- 2^32 + 5 ms must not become 5 ms: this waits for the exit, not a timeout
+    local status, code = child:wait(2 ^ 32 + 5)
+    assert.equal("exited", status)
+    assert.equal(0, code)
+  end)
+end)

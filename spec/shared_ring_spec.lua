@@ -4,7 +4,7 @@
 -- their own event's sample_type.  Real tracepoints with exact counts, and
 -- simulated rings for the malformed cases (the asan suite checks the reads).
 local pe = require("perf_event")
-local core = require("perf_event.core")  -- luacheck: ignore 211 (main reads core._private)
+local core = require("perf_event.core")
 local petest = require("petest")
 local U = require("support.util")
 -- the core's ring hook (a function of the event, not a method)

@@ -1,6 +1,6 @@
 -- The self-monitoring read through the user page (CHECKLIST D18-D21, K24,
 -- K25).  This machine has no hardware PMU (caps=0x2, index=0), so the
--- rdpmc path runs only against simulated pages: core._userpage_sim builds a
+-- rdpmc path runs only against simulated pages: U.sim().userpage_sim builds a
 -- perf_event_mmap_page in memory and reads it with the same C function
 -- ev:read() uses, with scripted rdpmc/rdtsc values.  Expected values are
 -- reference vectors computed independently (Python, exact integers) and,
@@ -21,7 +21,7 @@ local d20 = _VERSION == "Lua 5.4" and load([[
     return time_offset + quot * mult + ((rem * mult) >> shift)
   end]])()
 
-local function sim(t) return U.sim()._userpage_sim(t) end
+local function sim(t) return U.sim().userpage_sim(t) end
 
 describe("user page read (simulated page, injected rdpmc/rdtsc)", function()
   it("adds the rdpmc value to offset and passes index-1 to rdpmc", function()
@@ -167,7 +167,7 @@ describe("user page read (simulated page, injected rdpmc/rdtsc)", function()
 
   it("rejects unknown page fields", function()
     assert.has_error(function() sim { capabilitiez = 4 } end,
-                     "_userpage_sim: unknown page field 'capabilitiez'")
+                     "userpage_sim: unknown page field 'capabilitiez'")
   end)
 end)
 

@@ -9,7 +9,9 @@ if not build then
   end
 end
 local testdir = "build/test/" .. (jit and "luajit" or _VERSION:gsub("Lua ", "lua"))
-package.cpath = build .. "/?.so;" .. testdir .. "/?.so;" .. package.cpath
+-- the ASan run loads the simulators (pesim) built with ASan when present
+local asandir = build:match("asan$") and "build/test/asan/?.so;" or ""
+package.cpath = build .. "/?.so;" .. asandir .. testdir .. "/?.so;" .. package.cpath
 package.path = "lua/?.lua;lua/?/init.lua;spec/?.lua;" .. package.path
 
 -- `make test` writes no kernel-wide setting: a spec opening a /proc/sys file

@@ -30,6 +30,16 @@ function U.searchpath(name, path)
   end
 end
 
+--- the test-only simulators (spec/support/pesim.c, built by `make fixtures`
+-- into build/test/<lua>/pesim.so): sim_ring{...} makes an event over a ring
+-- of chosen bytes that the core's records()/aux()/poll() drain;
+-- userpage_sim{...} runs the user-page read on a scripted page.  Every spec
+-- reaches them through here.
+function U.sim()
+  if not U._sim then U._sim = require("pesim") end
+  return U._sim
+end
+
 function U.is_root()
   local f = io.open("/proc/self/status")
   local s = f:read("*a")
@@ -212,12 +222,6 @@ end
 -- LuaJIT (where `assert(os.execute(...))` always passes), true/nil on 5.2+
 function U.exec_ok(r)
   return r == true or r == 0
-end
-
---- the module that has the ring simulator (sim_ring): the one place specs
--- reach it from
-function U.sim()
-  return require("perf_event.core")
 end
 
 function U.lua_cmd()
