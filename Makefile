@@ -26,8 +26,14 @@ ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize
 # links the same objects through an archive (spec/cdeps_spec.lua runs nm on
 # them to check that no two C files call each other).
 NAMES := $(basename $(notdir $(SRCS)))
-objs_of = $(addprefix build/obj/$(1)/,$(addsuffix .o,$(NAMES)))
-inc_of = $(if $(filter luajit asan,$(1)),$(LUAJIT_INC),$(shell pkg-config --cflags $(1) 2>/dev/null || echo -I/usr/include/$(1)))
+# The rock (rockspec/) is the variant "rock": `make rock ROCK_DIR=D
+# ROCK_INC=-I...` builds D/perf_event/core.so, objects in D/obj, against the
+# headers luarocks was configured for (one D per Lua version).
+ROCK_DIR ?= build/rock
+ROCK_INC ?= $(LUAJIT_INC)
+objdir_of = $(if $(filter rock,$(1)),$(ROCK_DIR)/obj,build/obj/$(1))
+objs_of = $(addprefix $(call objdir_of,$(1))/,$(addsuffix .o,$(NAMES)))
+inc_of = $(if $(filter rock,$(1)),$(ROCK_INC),$(if $(filter luajit asan,$(1)),$(LUAJIT_INC),$(shell pkg-config --cflags $(1) 2>/dev/null || echo -I/usr/include/$(1))))
 cflags_of = $(if $(filter asan,$(1)),-O1 -g $(ASAN_FLAGS),$(OPT) $(CFLAGS))
 
 ifeq ($(LUA),luajit)
@@ -38,7 +44,7 @@ endif
 
 TARGET := $(OUTDIR)/perf_event/core.so
 
-.PHONY: all asan test test-asan test-sysctl lint clean bench doc bench-read bench-records bench-nginx
+.PHONY: all asan rock test test-asan test-sysctl lint clean bench doc bench-read bench-records bench-nginx
 all: $(TARGET)
 
 $(TARGET): $(call objs_of,$(LUA)) Makefile
@@ -54,7 +60,7 @@ asan: build/asan/perf_event/core.so build/test/asan/pesim.so
 # pesim: the ring and user-page simulators (spec/support/pesim.c), a
 # test-only Lua module per variant, never part of core.so
 define variant
-build/obj/$(1)/%.o: csrc/%.c $$(HDRS) Makefile
+$(call objdir_of,$(1))/%.o: csrc/%.c $$(HDRS) Makefile
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(BASECFLAGS) $$(call cflags_of,$(1)) $$(call inc_of,$(1)) -c $$< -o $$@
 build/obj/$(1)/libpecore.a: $$(filter-out %/core.o,$$(call objs_of,$(1)))
@@ -66,7 +72,12 @@ build/test/$(1)/pesim.so: spec/support/pesim.c build/obj/$(1)/libpecore.a $$(HDR
 	  build/obj/$(1)/libpecore.a -o $$@ -shared -Wl,--exclude-libs,ALL \
 	  $$(if $$(filter asan,$(1)),$$(ASAN_FLAGS))
 endef
-$(foreach v,$(sort luajit lua5.4 lua5.1 asan $(LUA)),$(eval $(call variant,$(v))))
+$(foreach v,$(sort luajit lua5.4 lua5.1 asan rock $(LUA)),$(eval $(call variant,$(v))))
+
+rock: $(ROCK_DIR)/perf_event/core.so
+$(ROCK_DIR)/perf_event/core.so: $(call objs_of,rock) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(BASECFLAGS) $(OPT) $(CFLAGS) $(call objs_of,rock) -o $@ $(LDFLAGS_SO) $(LDFLAGS)
 
 # Test fixtures: a small C library and programs the specs probe (uprobes,
 # breakpoints on code, exact call counts).

@@ -36,7 +36,7 @@ dependencies = {
 }
 build = {
   type = "command",
-  build_command = [[make 'OUTDIR=build/rock$(LUA_INCDIR)' 'LUA_INC=-I$(LUA_INCDIR)' 'CFLAGS=$(CFLAGS)']],
+  build_command = [[make rock 'ROCK_DIR=build/rock$(LUA_INCDIR)' 'ROCK_INC=-I$(LUA_INCDIR)' 'CFLAGS=$(CFLAGS)']],
   install_command = [[mkdir -p '$(LIBDIR)/perf_event' '$(LUADIR)/perf_event' ]]
     .. [[&& cp 'build/rock$(LUA_INCDIR)/perf_event/core.so' '$(LIBDIR)/perf_event/' ]]
     .. [[&& cp lua/perf_event/*.lua '$(LUADIR)/perf_event/']],
