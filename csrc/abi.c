@@ -149,7 +149,7 @@ static const struct { int err; const char *name; } errnames[] = {
   {ERANGE, "ERANGE"}, {ENOSYS, "ENOSYS"}, {EOPNOTSUPP, "EOPNOTSUPP"},
   {EOVERFLOW, "EOVERFLOW"}, {ENAMETOOLONG, "ENAMETOOLONG"},
   {ELOOP, "ELOOP"}, {EROFS, "EROFS"}, {ECHILD, "ECHILD"},
-  {EPIPE, "EPIPE"}, {ETIMEDOUT, "ETIMEDOUT"},
+  {EPIPE, "EPIPE"}, {ETIMEDOUT, "ETIMEDOUT"}, {ENODATA, "ENODATA"},
 };
 #define N_ERRNAMES (sizeof errnames / sizeof errnames[0])
 

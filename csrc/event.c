@@ -238,10 +238,7 @@ static int l_read(lua_State *L)
   uint64_t out[3], value;
   struct { uint64_t time_enabled, time_running; } r;
   long n = 0;
-  if (event_read(ev, out, &n) < 0) {
-    if (n <= 0) return pe_push_read_error(L, 1, n, errno);
-    return luaL_error(L, "read(%s): short read of %d bytes", pe_event_name(L, 1), (int)n);
-  }
+  if (event_read(ev, out, &n) < 0) return pe_push_read_error(L, 1, n, errno);
   value = out[0];
   r.time_enabled = out[1];
   r.time_running = out[2];
@@ -273,9 +270,8 @@ static int l_read_raw(lua_State *L)
   r.v = vals;
   r.cap = GROUP_MAX;
   n = pe_read_fd(ev->fd, buf, sizeof buf);
-  if (n <= 0) return pe_push_read_error(L, 1, n, errno);
-  if (pe_readfmt_decode((unsigned char *)buf, (size_t)n, ev->read_format, &r) < 0)
-    return luaL_error(L, "read(%s): short read of %d bytes", pe_event_name(L, 1), (int)n);
+  if (n <= 0 || pe_readfmt_decode((unsigned char *)buf, (size_t)n, ev->read_format, &r) < 0)
+    return pe_push_read_error(L, 1, n, errno);
   pe_push_reading(L, &r, ev->read_format);
   lua_pushinteger(L, n);      /* bytes read(2) returned */
   return 2;

@@ -97,14 +97,12 @@ static int g_read(lua_State *L)
   r.v = vals;
   r.cap = GROUP_MAX;
   n = pe_read_fd(g->ev[0]->fd, buf, sizeof buf);
-  if (n <= 0) {
+  if (n <= 0 || pe_readfmt_decode((unsigned char *)buf, (size_t)n, g->read_format, &r) < 0) {
     int err = errno;
     pe_getuservalue(L, 1);
-    lua_rawgeti(L, -1, 1);
+    lua_rawgeti(L, -1, 1);                  /* the leader names the read */
     return pe_push_read_error(L, lua_gettop(L), n, err);
   }
-  if (pe_readfmt_decode((unsigned char *)buf, (size_t)n, g->read_format, &r) < 0)
-    return luaL_error(L, "group read: short read of %d bytes", (int)n);
   if (lua_istable(L, 2)) lua_settop(L, 2);
   else { lua_settop(L, 1); lua_createtable(L, g->n, g->n + 2); }
   pe_getuservalue(L, 1);                  /* 3: members */

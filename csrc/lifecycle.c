@@ -369,14 +369,21 @@ again:
 }
 
 
+/* The error rule (doc/errors.md): a read that fails is nil, msg, errno
+ * with a real errno.  read(2) returning 0 is the kernel's error state of a
+ * pinned event (C9): ENODATA; fewer bytes than the read_format needs: EIO;
+ * a failed read(2): its errno. */
 int pe_push_read_error(lua_State *L, int idx, long n, int err)
 {
-  if (n == 0) {
-    lua_pushnil(L);
-    lua_pushfstring(L, "read(%s): event is in error state (a pinned event could not be "
-                    "scheduled); re-enable it", pe_event_name(L, idx));
-    lua_pushinteger(L, 0);
-    return 3;
+  char hint[128];
+  if (n == 0)
+    return pe_push_syserror(L, "read", pe_event_name(L, idx), ENODATA,
+                            "read(2) returned 0 bytes: the event is in error state (a "
+                            "pinned event could not be scheduled); re-enable it");
+  if (n > 0) {
+    snprintf(hint, sizeof hint, "read(2) returned %ld bytes, fewer than the read_format "
+             "needs", n);
+    return pe_push_syserror(L, "read", pe_event_name(L, idx), EIO, hint);
   }
   return pe_push_syserror(L, "read", pe_event_name(L, idx), err,
                           err == ENOSPC ? "read buffer too small for read_format" : NULL);

@@ -245,11 +245,13 @@ static int push_record(lua_State *L, pe_event *ev, ring_state *st,
 }
 
 /* ---- Lua methods --------------------------------------------------------- */
-static ring_state *check_ring(lua_State *L, int idx, pe_event **evp)
+/* The ring of the event at idx for method 'what'; an event without one is
+ * the caller's mistake (doc/errors.md): raises, saying how to get one. */
+static ring_state *check_ring(lua_State *L, int idx, pe_event **evp, const char *what)
 {
   pe_event *ev = pe_check_event(L, idx);
   ring_state *st = get_state(L, ev);
-  if (!st) luaL_error(L, "records(%s): %s", pe_event_name(L, idx), lua_tostring(L, -1));
+  if (!st) luaL_error(L, "%s(%s): %s", what, pe_event_name(L, idx), lua_tostring(L, -1));
   if (evp) *evp = ev;
   return st;
 }
@@ -271,7 +273,7 @@ static int records_iter(lua_State *L)
 /* ev:records() -> iterator over the records in the ring now (non-blocking) */
 static int l_records(lua_State *L)
 {
-  check_ring(L, 1, NULL);
+  check_ring(L, 1, NULL, "records");
   lua_pushcfunction(L, records_iter);
   lua_pushvalue(L, 1);
   return 2;
@@ -282,7 +284,7 @@ static int l_records(lua_State *L)
 static int l_ring_ptr(lua_State *L)
 {
   pe_event *ev;
-  check_ring(L, 1, &ev);
+  check_ring(L, 1, &ev, "records");
   lua_pushlightuserdata(L, ev);
   return 1;
 }
@@ -327,7 +329,7 @@ static double now_ms(void)
 
 /*
  * ev:poll([timeout_ms]) -> true (records to read) | false (timeout) |
- * nil, "hup" (the event is gone: the task exited) | nil, msg, errno
+ * nil, "hup", ESRCH (the event is gone: the task exited) | nil, msg, errno
  */
 static int l_poll(lua_State *L)
 {
@@ -376,9 +378,10 @@ static int l_poll(lua_State *L)
       return 1;
     }
     if (unread(ev, st)) { lua_pushboolean(L, 1); return 1; }
-    lua_pushnil(L);
+    lua_pushnil(L);           /* the message API.md fixes, with the errno rule's */
     lua_pushliteral(L, "hup");
-    return 2;
+    lua_pushinteger(L, ESRCH);
+    return 3;
   }
 }
 
@@ -392,15 +395,20 @@ static int l_lost(lua_State *L)
   return 3;
 }
 
-/* ev:ring() -> the control fields of the user page and the consumer state */
+/* ev:ring() -> the control fields of the user page and the consumer state;
+ * raises for an event with nothing mapped */
 static int l_ring(lua_State *L)
 {
   pe_event *ev = pe_check_event(L, 1);
   struct pe_mmap_page *pg = ev->page;
   ring_state *st;
-  if (!pg) { lua_pushnil(L); lua_pushliteral(L, "not mapped"); return 2; }
-  st = ev->data_pages ? get_state(L, ev) : NULL;
-  if (ev->data_pages && !st) { lua_pushnil(L); lua_insert(L, -2); return 2; }
+  if (!pg) {                  /* nothing mapped: the caller's mistake */
+    if (ev->flags & PE_EV_FORKED) check_ring(L, 1, NULL, "ring");
+    return luaL_error(L, "ring(%s): this event has no mapping (a sampling event, or "
+                      "opts.pages, maps one; so does a counting event of this thread)",
+                      pe_event_name(L, 1));
+  }
+  st = ev->data_pages ? check_ring(L, 1, NULL, "ring") : NULL;
   lua_createtable(L, 0, 14);
   pe_push_u64(L, __atomic_load_n(&pg->data_head, __ATOMIC_ACQUIRE)); lua_setfield(L, -2, "data_head");
   pe_push_u64(L, __atomic_load_n(&pg->data_tail, __ATOMIC_RELAXED)); lua_setfield(L, -2, "data_tail");
@@ -425,7 +433,7 @@ static int l_map_aux(lua_State *L)
   size_t len;
   uint64_t off;
   void *p;
-  check_ring(L, 1, &ev);
+  check_ring(L, 1, &ev, "map_aux");
   pages = luaL_checkinteger(L, 2);
   if (pages <= 0 || (pages & (pages - 1)) || pages > (1 << 20))
     return luaL_argerror(L, 2, "a power of two of pages");
@@ -448,15 +456,16 @@ static int l_map_aux(lua_State *L)
 }
 
 /* ev:aux() -> the AUX bytes between aux_tail and aux_head (publishes
- * aux_tail), or nil, msg when there is no AUX area */
+ * aux_tail); raises when no AUX area was mapped */
 static int l_aux(lua_State *L)
 {
   pe_event *ev;
   uint64_t head, tail, n, size;
   luaL_Buffer b;
-  check_ring(L, 1, &ev);
+  check_ring(L, 1, &ev, "aux");
   size = ev->aux_len;
-  if (!ev->aux) { lua_pushnil(L); lua_pushliteral(L, "no AUX area: call map_aux first"); return 2; }
+  if (!ev->aux)
+    return luaL_error(L, "aux(%s): no AUX area: call map_aux(pages) first", pe_event_name(L, 1));
   head = __atomic_load_n(&ev->page->aux_head, __ATOMIC_ACQUIRE);
   tail = __atomic_load_n(&ev->page->aux_tail, __ATOMIC_RELAXED);
   n = head - tail;

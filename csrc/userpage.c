@@ -15,6 +15,7 @@
  *    current times too); the snippet leaves them as of the last update;
  *  - scaling uses pe_scale (128-bit, exact), the same as the read(2) path.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,21 +285,17 @@ int pe_l_time_conv(lua_State *L)
     uint64_t caps;
     if (ev->fd < 0) return luaL_error(L, "attempt to use a closed perf_event.event");
     if (!ev->page) {
-      lua_pushnil(L);
-      lua_pushfstring(L, "time_conv(%s): the event has no user page (only mapped events "
-                      "carry the conversion)", pe_event_name(L, 1));
-      return 2;
+      return pe_push_syserror(L, "time_conv", pe_event_name(L, 1), ENODATA,
+                              "the event has no user page: only mapped events carry "
+                              "the conversion");
     }
     caps = page_tconv(ev->page, &tmp);
     if (!(caps & PE_CAP_USER_TIME_ZERO) || tmp.time_mult == 0 || tmp.time_shift >= 64) {
-      char hex[24];
-      snprintf(hex, sizeof hex, "0x%llx", (unsigned long long)caps);
-      lua_pushnil(L);
-      lua_pushfstring(L, "time_conv(%s): the kernel does not offer cap_user_time_zero on "
-                      "this event's user page (capabilities=%s): the perf clock is not "
-                      "derived from the TSC here (e.g. a VM without a stable TSC)",
-                      pe_event_name(L, 1), hex);
-      return 2;
+      char hint[200];
+      snprintf(hint, sizeof hint, "the kernel does not offer cap_user_time_zero on this "
+               "event's user page (capabilities=0x%llx): the perf clock is not derived "
+               "from the TSC here (e.g. a VM without a stable TSC)", (unsigned long long)caps);
+      return pe_push_syserror(L, "time_conv", pe_event_name(L, 1), EOPNOTSUPP, hint);
     }
   } else if (lua_istable(L, 1)) {
     uint64_t v;

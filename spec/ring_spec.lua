@@ -157,9 +157,10 @@ describe("poll", function()
       n = n + 1
     end
     assert.equal(3, n)
-    local ok, why = ev:poll(5000)
+    local ok, why, errno = ev:poll(5000)
     assert.is_nil(ok)
     assert.equal("hup", why)
+    assert.equal(require("perf_event.core").abi.errno.ESRCH, errno)   -- doc/errors.md
     ev:close()
   end)
 

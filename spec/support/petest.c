@@ -8,6 +8,7 @@
  * petest.maps_offset(addr) -> path, file offset of addr from /proc/self/maps.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -174,6 +175,20 @@ static int t_closefd(lua_State *L)
   return 0;
 }
 
+/* petest.replace_fd(fd, path) -> true: puts the file at path (read only)
+ * in place of fd (dup2), so a spec can show what a read of an event whose
+ * kernel answer is 0 bytes or too few bytes gives (doc/errors.md) */
+static int t_replace_fd(lua_State *L)
+{
+  int fd = (int)luaL_checkinteger(L, 1);
+  int f = open(luaL_checkstring(L, 2), O_RDONLY | O_CLOEXEC);
+  if (f < 0) return luaL_error(L, "replace_fd: %s", strerror(errno));
+  if (dup2(f, fd) < 0) { close(f); return luaL_error(L, "replace_fd: %s", strerror(errno)); }
+  close(f);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 /* petest.fork_run(code, ...) -> exit code | -signal: forks; the child runs
  * the Lua chunk `code` in its copy of this state with the extra
  * arguments as `...`, prints any error to stderr, and _exits with the
@@ -257,7 +272,7 @@ static const luaL_Reg fns[] = {
   {"getppid", t_getppid}, {"close", t_close}, {"write_cell", t_write_cell},
   {"read_cell", t_read_cell}, {"cell_addr", t_cell_addr}, {"xfunc", t_xfunc},
   {"xfunc_addr", t_xfunc_addr}, {"call", t_call}, {"work_addr", t_work_addr},
-  {"maps_offset", t_maps_offset}, {NULL, NULL}
+  {"maps_offset", t_maps_offset}, {"replace_fd", t_replace_fd}, {NULL, NULL}
 };
 
 __attribute__((visibility("default"))) int luaopen_petest(lua_State *L)
