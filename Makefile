@@ -7,6 +7,8 @@
 #                        (writes no kernel-wide sysctl; as a user, what needs root is skipped)
 #   make test-sysctl     opt-in, as root: specs that write a kernel-wide sysctl
 #                        (perf_event_max_sample_rate; restored after), spec/optin/
+#   make test-user       as root, after make test: the suite again as uid 65534
+#                        (what needs root skips, saying why)
 #   make lint            luacheck + cppcheck
 
 LUA ?= luajit
@@ -44,7 +46,7 @@ endif
 
 TARGET := $(OUTDIR)/perf_event/core.so
 
-.PHONY: all asan rock test test-asan test-sysctl lint clean bench doc bench-read bench-records bench-nginx
+.PHONY: all asan rock test test-user test-asan test-sysctl lint clean bench doc bench-read bench-records bench-nginx
 all: $(TARGET)
 
 $(TARGET): $(call objs_of,$(LUA)) Makefile
@@ -112,6 +114,9 @@ test: fixtures
 	$(MAKE) asan
 	$(MAKE) fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
 	tools/runtests
+
+test-user:
+	tools/test-as-user
 
 test-asan: fixtures asan
 	PE_SUITES=asan tools/runtests
