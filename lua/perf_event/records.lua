@@ -279,6 +279,13 @@ end
 -- (settable, e.g. to compare both paths).
 M.ffi = fast_iter ~= nil
 
+-- a C check's error (no ring, closed event) raised at records()'s caller, as
+-- doc/errors.md says; pcall keeps this file's position out of the message
+local function at_caller(ok, ...)
+  if not ok then error((...), 3) end
+  return ...
+end
+
 -- no sample_type bit outside the fixed-layout ones the fast path reads
 local function only_simple(st)
   if st >= 2 ^ abi.sample_max_bit then return false end
@@ -335,13 +342,6 @@ end
 -- event's layout; a tracepoint sample's `fields` come from its own event's
 -- format (looked up by `rec.id`).
 -- @treturn function iterator yielding record tables
--- a C check's error (no ring, closed event) raised at records()'s caller, as
--- doc/errors.md says; pcall keeps this file's position out of the message
-local function at_caller(ok, ...)
-  if not ok then error((...), 3) end
-  return ...
-end
-
 function M.records(ev, reuse)
   if getmetatable(ev) ~= core.event_mt then   -- not an event: say so, as the C methods do
     error("bad argument #1 to 'records' (perf_event.event expected, got " .. type(ev) .. ")", 2)
