@@ -1,9 +1,10 @@
 /*
  * attr.c - struct perf_event_attr <-> Lua table (CHECKLIST B).
  *
- * Owns: the table of every attr field by its header name, the bit-name
- * tables of sample_type / read_format / branch_sample_type, and the
- * encoder/decoder used by open, modify and attr().  An unknown field, a
+ * Owns: the encoder/decoder used by open, modify and attr(), which walk
+ * abi.c's tables (pe_attr_fields: every attr field by its header name;
+ * pe_sample_bits / pe_read_bits / pe_branch_bits: the bit names), and
+ * core.attr_encode / attr_decode / bits.  An unknown field, a
  * value out of a field's range, or a contradiction (sample_period and
  * sample_freq both given) raises a Lua error naming the field.
  */

@@ -1,8 +1,8 @@
 /*
  * core.c - luaopen_perf_event_core: assembles the module from the files
  * that own each concern (lifecycle.c, event.c, group.c, ring.c, fast.c,
- * attr.c, readfmt.c, errors.c, u64.c, spawn.c); the top of the file
- * dependency order stated in pe_core.h.
+ * attr.c, readfmt.c, errors.c, u64.c, spawn.c, dir.c, abi.c); the top of
+ * the file dependency order stated in pe_core.h.
  */
 #include <errno.h>
 #include <limits.h>

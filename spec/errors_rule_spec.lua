@@ -121,7 +121,14 @@ describe("the error rule: the caller's mistakes raise", function()
     assert.is_false(ok)
     assert.truthy(tostring(err):find("records(task-clock): this event has no ring buffer", 1, true),
       tostring(err))
+    -- raised at the caller's line (doc/errors.md), not inside records.lua
+    ok, err = pcall(function() local it = c:records() return it end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("^[^\n]*errors_rule_spec%.lua:%d+: records%(task%-clock%)"), tostring(err))
     c:close()
+    ok, err = pcall(function() local it = c:records() return it end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("^[^\n]*errors_rule_spec%.lua:%d+: attempt to use a closed"), tostring(err))
   end)
 end)
 

@@ -20,7 +20,13 @@
 
 local core = require("perf_event.core")
 
-local M = { available = false }
+local M = {}
+
+--- Whether the FFI routes exist: true on LuaJIT once `ffi.load` bound the
+-- loaded core; false elsewhere, with `reason` saying why.
+M.available = false
+--- Why `available` is false (nil when it is true).
+M.reason = nil
 
 local P = core._private
 local event_mt, group_mt = core.event_mt, core.group_mt

@@ -360,7 +360,9 @@ end
 M.enable_all = core.enable_all
 --- Disables every event this process created (prctl).
 M.disable_all = core.disable_all
---- Perf timestamps <-> TSC from an event's user page or saved parameters (userpage.c).
+--- Perf timestamps <-> TSC from an event's user page or saved parameters
+-- (userpage.c); `nil, msg, errno` when the event has no user page (ENODATA) or
+-- the kernel offers no `cap_user_time_zero` (EOPNOTSUPP).
 M.time_conv = core.time_conv
 
 --- Events.
@@ -390,8 +392,9 @@ M.time_conv = core.time_conv
 -- @treturn[1] time_enabled ns (nil when read_format lacks it)
 -- @treturn[1] time_running ns
 -- @treturn[2] nil
--- @treturn[2] string message (a 0-byte read: a pinned event in error state)
--- @treturn[2] number errno
+-- @treturn[2] string message
+-- @treturn[2] number errno (ENODATA for a 0-byte read: a pinned event in
+--   error state; EIO for a read shorter than the read_format needs)
 
 --- Reads and decodes the whole read_format, unscaled: `{value=, id=, lost=,
 -- time_enabled=, time_running=}`, or with GROUP `{nr=, values={...}, ...}`.
@@ -452,12 +455,14 @@ M.time_conv = core.time_conv
 -- @function event:close
 
 --- An iterator over the records now in the ring (perf_event.records): decoded
--- tables, tracepoint samples with `fields`.
+-- tables, tracepoint samples with `fields`.  Raises for an event with no ring
+-- buffer (doc/errors.md).
 -- @function event:records
 -- @tparam[opt] table reuse a table refilled for each fixed-layout sample
 
 --- Waits for records: `true` at once when unread ones are in the ring, else after
--- the kernel's wakeup; `false` on timeout; `nil, "hup"` when the event is gone.
+-- the kernel's wakeup; `false` on timeout; `nil, "hup", ESRCH` when the event
+-- is gone (the monitored task exited and the ring is drained).
 -- @function event:poll
 -- @tparam[opt] number timeout_ms
 
@@ -465,14 +470,18 @@ M.time_conv = core.time_conv
 -- @function event:lost
 
 --- The user page's control fields, the consumer state and `base`, the mapping's
--- address (for code that parses the ring itself).
+-- address (for code that parses the ring itself).  Raises for an event with
+-- nothing mapped; a counting event of this thread has its user page
+-- (`pages == 0`).
 -- @function event:ring
 
---- Maps the AUX area after the data area.
+--- Maps the AUX area after the data area: `true`, or `nil, msg, errno` (a PMU
+-- without AUX: EOPNOTSUPP).  Raises for an event with no ring buffer.
 -- @function event:map_aux
 -- @tparam integer pages a power of two
 
 --- The AUX bytes between `aux_tail` and `aux_head` (publishes `aux_tail`).
+-- Raises for an event with no ring buffer or before `map_aux`.
 -- @function event:aux
 
 --- Groups.

@@ -266,18 +266,25 @@ end]]):format(o * 8, reuse and ("r.type = \"sample\"; r.misc = tonumber(cast(u16
                  decode_current, abi.record_type.sample)
   end
 
-  fast_iter = function(ev, st, reuse)
+  fast_iter = function(ev, st, reuse, ptr)
     -- separate code for the two modes, so their traces stay separate
     local key = reuse and -1 - st or st
     local maker = gen_cache[key]
     if not maker then maker = generate(st, reuse); gen_cache[key] = maker end
-    return maker(ev, cast("void *", ring_ptr(ev)), ppt(), reuse)
+    return maker(ev, cast("void *", ptr), ppt(), reuse)
   end
 end
 
 --- Whether records() uses the LuaJIT FFI fast path for simple samples
 -- (settable, e.g. to compare both paths).
 M.ffi = fast_iter ~= nil
+
+-- a C check's error (no ring, closed event) raised at records()'s caller, as
+-- doc/errors.md says; pcall keeps this file's position out of the message
+local function at_caller(ok, ...)
+  if not ok then error((...), 3) end
+  return ...
+end
 
 -- no sample_type bit outside the fixed-layout ones the fast path reads
 local function only_simple(st)
@@ -345,9 +352,9 @@ function M.records(ev, reuse)
     error("records: the argument must be a table to reuse, got " .. type(reuse), 2)
   end
   if M.ffi and fast_iter and p.simple and not p.fmt and not p.byid then
-    return fast_iter(ev, p.st, reuse)
+    return fast_iter(ev, p.st, reuse, at_caller(pcall(ring_ptr, ev)))
   end
-  it, s, c = c_records(ev)
+  it, s, c = at_caller(pcall(c_records, ev))
   local fmt, byid = p.fmt, p.byid
   if byid then      -- a shared ring: the format of the record's own event
     return function()

@@ -338,7 +338,15 @@ function M.stat(fn, events, opts)
   if type(fn) ~= "function" then
     error("perf_event.stat: fn must be a function, got " .. type(fn), 2)
   end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("perf_event.stat: opts must be a table, got " .. type(opts), 2)
+  end
   opts = opts or {}
+  for k in pairs(opts) do     -- an unknown option is a caller mistake (doc/errors.md)
+    if k ~= "label" and k ~= "args" then
+      error("perf_event.stat: unknown option '" .. tostring(k) .. "' (label, args)", 2)
+    end
+  end
   local set, err, errno = M.open(events, { pid = 0, disabled = true }, 2)
   if not set then return nil, err, errno end
   local now = core().now
