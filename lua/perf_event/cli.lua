@@ -135,8 +135,9 @@ end
 
 local function number_opt(cmd, v, what, min)
   local n = tonumber(v)
-  if not n or n ~= math.floor(n) or n < (min or 1) then
-    usage_error(cmd, format("%s must be an integer >= %d, got '%s'", what, min or 1, tostring(v)))
+  -- 2^53: the largest integer every Lua here holds exactly
+  if not n or n ~= math.floor(n) or n < (min or 1) or n > 2 ^ 53 then
+    usage_error(cmd, format("%s must be an integer from %d to 2^53, got '%s'", what, min or 1, tostring(v)))
   end
   return n
 end
@@ -505,8 +506,17 @@ function M.record(argv)
   if #specs > 1 then usage_error("record", "record takes one event; '" .. spec .. "' names " .. #specs) end
   local R = require("perf_event.resolve")
   local base = specs[1].attr
-  local sample_type = "ip|tid|time|period|cpu"
+  -- with -c, no PERIOD: the kernel samples every event of a software event
+  -- or tracepoint whose sample_type has PERIOD (perf_swevent_event), so
+  -- the period would be ignored; perf leaves it out as well
+  local sample_type = period and "ip|tid|time|cpu" or "ip|tid|time|period|cpu"
   if o["call-graph"] then sample_type = sample_type .. "|callchain" end
+
+  -- the output is opened before anything runs: a bad path fails at once
+  local path = o.output or "perf.folded"
+  local out, oerr = io.stdout, nil
+  if path ~= "-" then out, oerr = io.open(path, "w") end
+  if not out then io.stderr:write("luaperf record: cannot write ", tostring(oerr), "\n") return 1 end
 
   local child, err
   local target = pid
@@ -517,7 +527,22 @@ function M.record(argv)
   end
   local evs = {}
   local cpus = require("perf_event.stat").online_cpus()
-  for _, cpu in ipairs(cpus) do
+  -- -p: every thread of the process (as stat -p), each on every CPU (an
+  -- inherited event is mapped per CPU); new threads are inherited
+  local tids = { target }
+  if pid then
+    tids = {}
+    for _, name in ipairs(c.readdir("/proc/" .. pid .. "/task") or {}) do
+      if name:match("^%d+$") then tids[#tids + 1] = tonumber(name) end
+    end
+    if #tids == 0 then io.stderr:write(format("luaperf record: no process %d\n", pid)) return 1 end
+  end
+  local slots = {}
+  for _, tid in ipairs(tids) do
+    for _, cpu in ipairs(cpus) do slots[#slots + 1] = { tid = tid, cpu = cpu } end
+  end
+  for _, slot in ipairs(slots) do
+    local cpu = slot.cpu
     local attr = {}
     for k, v in pairs(base) do attr[k] = v end
     attr.sample_type = sample_type
@@ -538,13 +563,15 @@ function M.record(argv)
     -- no exclude_guest on EINVAL
     local r = { attr = attr, name = specs[1].name, explicit = specs[1].explicit, guest = specs[1].guest }
     local ev
-    ev, err = R.open(r, { pid = target, cpu = cpu, pages = 64 })
+    ev, err = R.open(r, { pid = slot.tid, cpu = cpu, pages = 64 })
     if not ev then
       -- a smaller ring when the mlock budget is tight
-      ev, err = R.open(r, { pid = target, cpu = cpu, pages = 8 })
+      ev, err = R.open(r, { pid = slot.tid, cpu = cpu, pages = 8 })
     end
     if not ev then
       for _, e in ipairs(evs) do e:close() end
+      if child then child:kill(9) end
+      if out ~= io.stdout then out:close() os.remove(path) end
       io.stderr:write("luaperf record: ", tostring(err), "\n")
       return 1
     end
@@ -601,9 +628,6 @@ function M.record(argv)
   local lost = 0
   for _, ev in ipairs(evs) do lost = lost + (tonumber((ev:lost())) or 0) ev:close() end
 
-  local path = o.output or "perf.folded"
-  local out = path == "-" and io.stdout or io.open(path, "w")
-  if not out then io.stderr:write("luaperf record: cannot write ", path, "\n") return 1 end
   local lines = folder.lines()
   if #lines > 0 then out:write(concat(lines, "\n"), "\n") end
   if out ~= io.stdout then out:close() end
@@ -640,7 +664,8 @@ function M.main(argv)
     io.stderr:write("luaperf ", cmd, ": ", tostring(res.msg), "\n")
     return 1
   end
-  io.stderr:write("luaperf ", cmd, ": ", tostring(res), "\n")
+  -- never a source position ("cli.lua:177: ") in front of a message
+  io.stderr:write("luaperf ", cmd, ": ", (tostring(res):gsub("^[%w%._/%-]+:%d+: ", "")), "\n")
   return 1
 end
 
