@@ -158,7 +158,8 @@ describe("luaperf stat, as perf stat", function()
     assert.equal(2, #r, out)
     assert.truthy(r[1]:find('^{"counter%-value" : "77%.000000", "unit" : "", '
                             .. '"event" : "syscalls:sys_enter_getppid", "event%-runtime" : %d+, '
-                            .. '"pcnt%-running" : 100%.00, "metric%-value" : %d+%.%d+, "metric%-unit" : "[^"]*"}$'), r[1])
+                            .. '"pcnt%-running" : 100%.00, "metric%-value" : %d+%.%d+, '
+                            .. '"metric%-unit" : "[^"]*"}$'), r[1])
     need_perf()
     local p = rows(perf(cmd))
     local function keys(l) local k = {} for n in l:gmatch('"([%w%-]+)" :') do k[#k + 1] = n end return k end
