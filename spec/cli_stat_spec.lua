@@ -50,21 +50,6 @@ local function have_cycles()
   return false
 end
 
--- a background petarget; returns pid and a function that ends it
-local function background(args)
-  local core = require("perf_event.core")
-  local child = assert(core.spawn(args))
-  -- wait until it runs its own image (threads started, if any)
-  for _ = 1, 200 do
-    local f = io.open("/proc/" .. child:pid() .. "/comm")
-    local comm = f and f:read("*l")
-    if f then f:close() end
-    if comm == "petarget" then break end
-    core.wait_pid(child:pid(), 5)
-  end
-  return child:pid(), function() child:kill(9) child:wait() end
-end
-
 local function tids_of(pid)
   local core = require("perf_event.core")
   local t = {}
@@ -73,6 +58,21 @@ local function tids_of(pid)
   end
   table.sort(t)
   return t
+end
+
+-- a background petarget; returns pid and a function that ends it, once
+-- it runs its own image with `tasks` threads (default 1)
+local function background(args, tasks)
+  local core = require("perf_event.core")
+  local child = assert(core.spawn(args))
+  for _ = 1, 400 do
+    local f = io.open("/proc/" .. child:pid() .. "/comm")
+    local comm = f and f:read("*l")
+    if f then f:close() end
+    if comm == "petarget" and #tids_of(child:pid()) >= (tasks or 1) then break end
+    core.wait_pid(child:pid(), 5)
+  end
+  return child:pid(), function() child:kill(9) child:wait() end
 end
 
 describe("luaperf stat, as perf stat", function()
@@ -179,7 +179,7 @@ describe("luaperf stat, as perf stat", function()
   end)
 
   it("--per-thread prints one row per thread (comm-tid), the threads perf finds", function()
-    local pid, stop = background({ "build/test/petarget", "threads", "2", "4000000000" })
+    local pid, stop = background({ "build/test/petarget", "threads", "2", "4000000000" }, 3)
     local ok, err = pcall(function()
       local out, rc = run("stat --per-thread -x, -e task-clock -p " .. pid .. " -- sleep 0.1")
       assert.equal(0, rc, out)
@@ -266,7 +266,7 @@ end)
 
 describe("luaperf record, bugs found against perf", function()
   it("-p samples every thread of the process, as perf record -p does", function()
-    local pid, stop = background({ "build/test/petarget", "threads", "2", "4000000000" })
+    local pid, stop = background({ "build/test/petarget", "threads", "2", "4000000000" }, 3)
     local ok, err = pcall(function()
       assert.equal(3, #tids_of(pid))
       local out, rc = run("record -p " .. pid .. " -o - -- sleep 0.3")
