@@ -134,6 +134,12 @@ describe("luaperf stat, as perf stat", function()
     for _, l in ipairs(p) do pnames[#pnames + 1] = l:match("^[^,]*,[^,]*,([^,]+),%d") end
     assert.same({ "task-clock:u", "page-faults:u" }, names)
     assert.same(pnames, names)
+    -- a refusal that is not "not supported" (EACCES for -a) still fails, as perf's
+    local rc = tonumber(sh(as .. interp .. " " .. here .. "/bin/luaperf stat -a -e task-clock -- true 2>&1; echo $?")
+                        :match("(%d+)\n$"))
+    local prc = tonumber(sh(as .. "perf stat -a -e task-clock -- true >/dev/null 2>&1; echo $?"):match("(%d+)\n$"))
+    assert.equal(1, rc)
+    assert.are_not.equal(0, prc)
   end)
 
   it("-r N prints the mean and perf's relative spread of exact counts", function()

@@ -147,6 +147,14 @@ local function threads_of(pid)
   return tids
 end
 
+-- the answers perf stat takes as "this event is not supported here" (it
+-- prints <not supported> and counts the rest); any other refusal (EACCES,
+-- EPERM, EMFILE, ...) fails the whole set, as in perf
+local UNSUPPORTED = {}
+for _, n in ipairs({ "EINVAL", "ENOSYS", "ENOENT", "EOPNOTSUPP", "ENXIO" }) do
+  if abi.errno[n] then UNSUPPORTED[abi.errno[n]] = true end
+end
+
 -- "comm-tid" of a thread, as perf --per-thread prints it
 local function thread_label(tid)
   local f = io.open("/proc/" .. tostring(tid) .. "/comm", "r")
@@ -218,7 +226,7 @@ function M.open(events, opts, level)
                                     { pid = tg.pid, cpu = tg.cpu, group = leader and leader.fds[k] or nil },
                                     level)
       if not ev then
-        if not opts.keep_going then
+        if not (opts.keep_going and UNSUPPORTED[errno]) then
           set:close()
           return nil, err, errno
         end
