@@ -220,7 +220,18 @@ describe("luaperf stat, as perf stat", function()
       if have_perf then
         assert.same(rows(perf("stat -t " .. pid .. " -x, -e task-clock -- sleep 0.1")), rows(out))
       end
-      -- intervals of an idle process stay <not counted>, never a 0
+      -- perf's header and columns for a thread
+      out = run("stat --per-thread -t " .. pid .. " -e task-clock -- sleep 0.1")
+      assert.truthy(out:find("\n Performance counter stats for thread id '" .. pid .. "':\n", 1, true), out)
+      assert.truthy(out:find(("\n%16s-%-8d      <not counted> msec task-clock\n"):format("petarget", pid), 1, true),
+                    out)
+      if have_perf then
+        local p = perf("stat --per-thread -t " .. pid .. " -e task-clock -- sleep 0.1")
+        assert.equal(p:match("\n( Performance counter stats for [^\n]*)"),
+                     out:match("\n( Performance counter stats for [^\n]*)"))
+        assert.equal(p:match("\n( *petarget%-[^\n]-task%-clock)"), out:match("\n( *petarget%-[^\n]-task%-clock)"))
+      end
+            -- intervals of an idle process stay <not counted>, never a 0
       out = run("stat -I 100 -p " .. pid .. " -e task-clock -- sleep 0.35")
       local n = 0
       for _, l in ipairs(rows(out)) do

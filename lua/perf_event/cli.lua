@@ -308,13 +308,17 @@ local function stat_report(o, res, out)
       if o.json then rows[#rows + 1] = stat.json(one, { { key, tag } })
       elseif o.sep then rows[#rows + 1] = stat.csv(one, o.sep, x.r.target .. o.sep)
       else
-        local prefix = key == "cpu" and format("%-8s", x.r.target) or format("%20s ", x.r.target)
+        -- perf's columns: "CPU0" in 11, "comm-tid" as %16s-%-8d and a space
+        local comm, tid = x.r.target:match("^(.*)%-(%d+)$")
+        local prefix = key == "cpu" and format("%-11s", x.r.target)
+                       or format("%16s-%-8s ", comm or x.r.target, tid or "")
         rows[#rows + 1] = concat(stat.lines(one, prefix), "\n") .. "\n"
       end
     end
     if o.json or o.sep then out:write(concat(rows)) return end
-    out:write("\n", format(" Performance counter stats for %s:\n\n", o.pid and res.label or
-      format("'%s'", res.label)), concat(rows), "\n", format("%18.9f seconds time elapsed\n\n", res.elapsed))
+    local label = (o.pid or o.tids) and res.label or format("'%s'", res.label)
+    out:write("\n", format(" Performance counter stats for %s:\n\n", label), concat(rows), "\n",
+              format("%18.9f seconds time elapsed\n\n", res.elapsed))
     return
   end
   if o.json then out:write(stat.json(res))

@@ -514,7 +514,10 @@ end
 
 --- The whole `perf stat` block.
 function M.format(r)
-  local b = { "", format(" Performance counter stats for '%s'%s:", r.label or "Lua function",
+  local label = r.label or "Lua function"
+  -- perf: "for process id '42'", "for thread id '42'", else "for 'CMD'"
+  if not label:find("^process id '") and not label:find("^thread id '") then label = "'" .. label .. "'" end
+  local b = { "", format(" Performance counter stats for %s%s:", label,
                          r.runs and format(" (%d runs)", r.runs) or ""), "" }
   for _, l in ipairs(M.lines(r)) do b[#b + 1] = l end
   b[#b + 1] = ""
