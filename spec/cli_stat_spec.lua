@@ -174,6 +174,13 @@ describe("luaperf stat, as perf stat", function()
     assert.same(keys(p[1]), keys(r[1]))
     assert.same(keys(p[2]), keys(r[2]))
     assert.equal(p[1]:match('"counter%-value" : "([^"]*)"'), "77.000000")
+
+    -- -I: "interval" first, as perf 6.1
+    local icmd = "stat -j -I 100 -e task-clock -- build/test/petarget sleep 250"
+    local ours, theirs = rows((run(icmd))), rows(perf(icmd))
+    assert.truthy(#ours >= 2, table.concat(ours, "\n"))
+    assert.same(keys(theirs[1]), keys(ours[1]))
+    assert.equal("interval", keys(ours[1])[1])
   end)
 
   it("duration_time is the wall time in ns, as perf's tool event", function()

@@ -359,6 +359,9 @@ function M.stat(argv)
     if run.each then usage_error("stat", "--per-thread and -A exclude each other") end
     run.each = "thread"
   end
+  if run.interval and run.each then
+    usage_error("stat", "-I with -A or --per-thread is not supported by luaperf yet")
+  end
   if reps > 1 and (run.interval or run.each or #o.cmd == 0) then
     usage_error("stat", "-r needs a command and goes with neither -I, -A nor --per-thread")
   end
