@@ -164,4 +164,46 @@ describe("counter sets", function()
     set:close()
     assert.equal(321, r.getppid)
   end)
+
+  it("open '{a,b}' as a kernel group: a member counts only while its leader does", function()
+    if not CLOSE then pending("tracefs not readable") return end
+    -- the member is enabled, the leader disabled: in a group nothing counts
+    local set = assert(stat.open("{syscalls:sys_enter_close,syscalls:sys_enter_openat}", { disabled = true }))
+    local member = set.counters[2].fds[1]
+    assert.is_true(member:info().member)
+    open_close(5)
+    local r = set:read()
+    assert.equal(0, r["syscalls:sys_enter_openat"])
+    -- the leader alone enabled: the member counts too (kernel group scheduling)
+    assert(set.counters[1].fds[1]:enable())
+    open_close(7)
+    set.counters[1].fds[1]:disable()
+    r = set:read()
+    set:close()
+    assert.equal(7, r["syscalls:sys_enter_close"])
+    assert.equal(7, r["syscalls:sys_enter_openat"])
+    -- pe.stat takes the same group and counts both exactly
+    r = assert(pe.stat(open_close, "{syscalls:sys_enter_close,syscalls:sys_enter_openat}", { args = { 9 } }))
+    assert.equal(9, r["syscalls:sys_enter_close"])
+    assert.equal(9, r["syscalls:sys_enter_openat"])
+  end)
+
+  it("keep_going: an event the kernel refuses is kept as <not supported>, the rest counted", function()
+    local pe_ok = pe.open("cycles")
+    if pe_ok then pe_ok:close() pending("a hardware PMU: cycles opens here") return end
+    local set = assert(stat.open("page-faults,cycles", { disabled = true, keep_going = true }))
+    set:enable()
+    local t = {}
+    for i = 1, 20000 do t[i] = { i } end
+    set:disable()
+    assert.equal(20000, #t)
+    local r = set:read()
+    set:close()
+    assert.is_true(r[1].counted)
+    assert.truthy(r[1].value > 0)
+    assert.is_false(r[2].supported)
+    assert.equal(require("perf_event.core").abi.errno.ENOENT, r[2].errno)
+    assert.equal("<not supported>,,cycles,0,100.00,,", r:csv(","):match("\n([^\n]*)\n$"))
+    assert.is_nil(stat.open("page-faults,cycles", { disabled = true }))
+  end)
 end)

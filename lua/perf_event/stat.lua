@@ -33,21 +33,44 @@ end
 
 -- ------------------------------------------------------------- event specs
 
+-- splits an event string at its top-level commas (not inside `{...}` or a
+-- PMU's `/terms/`)
+local function split_top(s)
+  local out, depth, slash, start = {}, 0, false, 1
+  for i = 1, #s do
+    local ch = s:sub(i, i)
+    if ch == "{" then depth = depth + 1
+    elseif ch == "}" then depth = depth - 1
+    elseif ch == "/" then slash = not slash
+    elseif ch == "," and depth == 0 and not slash then
+      out[#out + 1] = s:sub(start, i - 1)
+      start = i + 1
+    end
+  end
+  out[#out + 1] = s:sub(start)
+  return out
+end
+
+-- perf's tool events: counted by the tool, not by the kernel
+local TOOLS = { duration_time = { unit = "ns" } }
+
 --- Expands `events` into an array of resolved specs (perf_event.resolve:
 -- `{name=, attr=, explicit=, guest=, entry=}`) with `unit=` and `scale=`.
 -- `events` is an event string ("task-clock,page-faults"), an array of
--- strings and/or spec tables, or one spec table.  A Lua value of the wrong
--- type raises; a spec that does not resolve returns nil, msg.
+-- strings and/or spec tables, or one spec table.  `duration_time` (perf's
+-- tool event: the wall time in ns) comes back as `{name=, tool=true, unit=}`.
+-- A Lua value of the wrong type raises; a spec that does not resolve returns
+-- nil, msg.
 function M.expand(events, level)
   level = (level or 1) + 1
   local R = require("perf_event.resolve")
   local out = {}
-  local function add(spec)
+  local function add_one(spec)
     local list, err, kind = R.many(spec)
     if not list then
       if kind == "type" then
-        if type(spec) == "table" then error(err, level + 1) end   -- a bad field of a spec table
-        error("perf_event.stat: events must be strings or spec tables, got " .. type(spec), level + 1)
+        if type(spec) == "table" then error(err, level + 2) end   -- a bad field of a spec table
+        error("perf_event.stat: events must be strings or spec tables, got " .. type(spec), level + 2)
       end
       return err
     end
@@ -56,6 +79,27 @@ function M.expand(events, level)
       r.unit, r.scale = e.unit, e.scale
       out[#out + 1] = r
     end
+  end
+  local function add(spec)
+    if type(spec) ~= "string" then return add_one(spec) end
+    local pending = {}
+    local function flush()
+      if #pending == 0 then return nil end
+      local err = add_one(table.concat(pending, ","))
+      pending = {}
+      return err
+    end
+    for _, piece in ipairs(split_top(spec)) do
+      local tool = TOOLS[piece]
+      if tool then
+        local err = flush()
+        if err then return err end
+        out[#out + 1] = { name = piece, tool = true, unit = tool.unit }
+      else
+        pending[#pending + 1] = piece
+      end
+    end
+    return flush()
   end
   local err
   if type(events) == "string" then
@@ -103,11 +147,31 @@ local function threads_of(pid)
   return tids
 end
 
+-- the answers perf stat takes as "this event is not supported here" (it
+-- prints <not supported> and counts the rest); any other refusal (EACCES,
+-- EPERM, EMFILE, ...) fails the whole set, as in perf
+local UNSUPPORTED = {}
+for _, n in ipairs({ "EINVAL", "ENOSYS", "ENOENT", "EOPNOTSUPP", "ENXIO" }) do
+  if abi.errno[n] then UNSUPPORTED[abi.errno[n]] = true end
+end
+
+-- "comm-tid" of a thread, as perf --per-thread prints it
+local function thread_label(tid)
+  local f = io.open("/proc/" .. tostring(tid) .. "/comm", "r")
+  local comm = f and f:read("*l") or "?"
+  if f then f:close() end
+  return comm .. "-" .. tostring(tid)
+end
+
 --- Opens counters.
--- @param events see `expand`
+-- @param events see `expand`; a `{a,b}` group opens as a kernel group (the
+--   leader's fd is the members' group_fd, one group per thread/CPU)
 -- @tparam[opt] table opts `pid` (0 = self, default), `threads` (true: one
---   counter per thread of `pid`), `cpus` (array, or true for every online
---   CPU, with pid -1), `inherit`, `enable_on_exec`, `disabled` (default true)
+--   counter per thread of `pid`), `tids` (array of thread ids), `cpus`
+--   (array, or true for every online CPU, with pid -1), `inherit`,
+--   `enable_on_exec`, `disabled` (default true), `keep_going` (an event
+--   the kernel refuses is kept as unsupported, with `err`/`errno`, and the
+--   others are counted, as perf stat does)
 -- @tparam[opt=1] integer level where a caller mistake is raised, as for `error`
 -- @treturn[1] table set with `enable`, `disable`, `read`, `close`
 -- @treturn[2] nil
@@ -123,31 +187,58 @@ function M.open(events, opts, level)
   local targets = {}
   if opts.cpus then
     local cpus = opts.cpus == true and online_cpus() or opts.cpus
-    for _, c in ipairs(cpus) do targets[#targets + 1] = { pid = -1, cpu = c } end
+    for _, c in ipairs(cpus) do targets[#targets + 1] = { pid = -1, cpu = c, label = "CPU" .. c } end
+  elseif opts.tids then
+    for _, t in ipairs(opts.tids) do targets[#targets + 1] = { pid = t, cpu = -1 } end
   elseif opts.threads and pid > 0 then
     for _, t in ipairs(threads_of(pid)) do targets[#targets + 1] = { pid = t, cpu = -1 } end
   else
     targets[1] = { pid = pid, cpu = -1 }
   end
-  local set = setmetatable({ counters = {} }, Set)
+  for _, tg in ipairs(targets) do
+    if not tg.label then tg.label = thread_label(tg.pid > 0 and tg.pid or "self") end
+  end
+  local set = setmetatable({ counters = {}, targets = targets }, Set)
+  local leaders = {}   -- group id -> counter of its leader
   for i, s in ipairs(specs) do
-    local c = { name = s.name, attr = s.attr, unit = s.unit, scale = s.scale, fds = {} }
+    local e = s.entry or {}
+    local c = { name = s.name, attr = s.attr, unit = s.unit, scale = s.scale, fds = {}, tool = s.tool,
+                supported = true }
     set.counters[i] = c
-    for _, tg in ipairs(targets) do
+    local leader
+    if e.group then
+      if e.leader then leaders[e.group] = c else leader = leaders[e.group] end
+    end
+    if leader and not leader.supported then
+      c.supported, c.err, c.errno = false, leader.err, leader.errno
+    end
+    for k, tg in ipairs(targets) do
+      if s.tool or not c.supported then break end
       local attr = {}
-      for k, v in pairs(s.attr) do attr[k] = v end
+      for f, v in pairs(s.attr) do attr[f] = v end
       attr.disabled = opts.disabled ~= false
+      if leader then attr.disabled = false end   -- members follow their leader
       if opts.inherit ~= nil then attr.inherit = opts.inherit end
-      if opts.enable_on_exec ~= nil then attr.enable_on_exec = opts.enable_on_exec end
+      if opts.enable_on_exec ~= nil and not leader then attr.enable_on_exec = opts.enable_on_exec end
       attr.read_format = "total_time_enabled|total_time_running"
       -- perf's fallbacks (user-space only on EACCES, exclude_guest on EINVAL)
       local ev, err, errno = R.open({ attr = attr, name = s.name, explicit = s.explicit, guest = s.guest },
-                                    { pid = tg.pid, cpu = tg.cpu }, level)
+                                    { pid = tg.pid, cpu = tg.cpu, group = leader and leader.fds[k] or nil },
+                                    level)
       if not ev then
-        set:close()
-        return nil, err, errno
+        if not (opts.keep_going and UNSUPPORTED[errno]) then
+          set:close()
+          return nil, err, errno
+        end
+        for _, f in ipairs(c.fds) do f:close() end
+        c.fds, c.supported, c.err, c.errno = {}, false, err, errno
+        break
       end
-      c.fds[#c.fds + 1] = ev
+      if k == 1 then
+        local info = ev:info()
+        if info.auto_exclude_kernel then c.auto_excluded, c.note = true, info.note end
+      end
+      c.fds[k] = ev
     end
   end
   return set
@@ -181,15 +272,16 @@ end
 
 local Result = {}
 
---- Reads every counter (summed over threads/CPUs) into a result.
--- @tparam[opt] table extra fields copied into the result (elapsed, label, ...)
--- @treturn table result: array of `{name, value, unit, enabled, running,
---   percent, metric, metric_unit}`, `result[name]` = value, `elapsed`
-function Set:read(extra)
-  local r = setmetatable({}, Result)
-  for i, c in ipairs(self.counters) do
-    local value, ena, run, counted = 0, 0, 0, false
-    for _, ev in ipairs(c.fds) do
+-- one counter's entry, summed over the fds of `only` (a target index) or all
+local function entry_of(c, only, elapsed)
+  if c.tool then
+    local ns = (elapsed or 0) * 1e9
+    return { name = c.name, value = math.floor(ns + 0.5), enabled = ns, running = ns, counted = true,
+             supported = true, unit = c.unit, attr = {}, tool = true }
+  end
+  local value, ena, run, counted = 0, 0, 0, false
+  for k, ev in pairs(c.fds) do
+    if only == nil or only == k then
       local v, e, ru = ev:read()
       if v then
         local nv, ne, nr = num(v), num(e or 0), num(ru or 0)
@@ -197,14 +289,52 @@ function Set:read(extra)
         value, ena, run = value + nv, ena + ne, run + nr
       end
     end
-    if c.scale then value = value * c.scale end
-    r[i] = { name = c.name, value = value, enabled = ena, running = run,
-             counted = counted, unit = c.unit, attr = c.attr }
-    r[c.name] = value
+  end
+  if c.scale then value = value * c.scale end
+  local name = c.name
+  if c.auto_excluded then name = name .. ":u" end   -- as perf prints task-clock:u
+  return { name = name, value = value, enabled = ena, running = run, counted = counted and c.supported,
+           supported = c.supported, unit = c.unit, attr = c.attr, err = c.err, errno = c.errno }
+end
+
+--- Reads every counter (summed over threads/CPUs) into a result.
+-- @tparam[opt] table extra fields copied into the result (elapsed, label, ...)
+-- @tparam[opt] integer only read only the counters of this thread/CPU (an
+--   index of `set.targets`)
+-- @treturn table result: array of `{name, value, unit, enabled, running,
+--   counted, supported, percent, metric, metric_unit}`, `result[name]` =
+--   value, `elapsed`
+function Set:read(extra, only)
+  local r = setmetatable({}, Result)
+  local elapsed = extra and extra.elapsed
+  for i, c in ipairs(self.counters) do
+    r[i] = entry_of(c, only, elapsed)
+    r[c.name] = r[i].value
   end
   for k, v in pairs(extra or {}) do r[k] = v end
   M.derive(r)
   return r
+end
+
+--- Reads each thread/CPU apart (perf stat --per-thread, -A).
+-- @treturn table array of results, each with `target` = "comm-tid" or "CPUn"
+function Set:read_each(extra)
+  local out = {}
+  for k, tg in ipairs(self.targets) do
+    local r = self:read(extra, k)
+    r.target = tg.label
+    out[k] = r
+  end
+  return out
+end
+
+--- The reasons (once each) the kernel was excluded automatically.
+function Set:notes()
+  local seen, out = {}, {}
+  for _, c in ipairs(self.counters) do
+    if c.note and not seen[c.note] then seen[c.note] = true out[#out + 1] = c.note end
+  end
+  return out
 end
 
 -- ------------------------------------------------------------- metrics
@@ -236,8 +366,11 @@ function M.derive(r)
   end
   for _, e in ipairs(r) do
     local a = e.attr or {}
-    e.percent = e.enabled > 0 and 100 * e.running / e.enabled or 0
-    if (is_sw(a, SW.task_clock) or is_sw(a, SW.cpu_clock)) then
+    e.percent = e.enabled > 0 and 100 * e.running / e.enabled or 100   -- perf: 100.00 when never enabled
+    if not e.counted then
+      e.metric, e.metric_unit, e.metric_pct = nil, nil, nil
+      if is_sw(a, SW.task_clock) or is_sw(a, SW.cpu_clock) then e.unit = "msec" end
+    elseif (is_sw(a, SW.task_clock) or is_sw(a, SW.cpu_clock)) then
       e.unit, e.display = "msec", e.value / 1e6
       if is_sw(a, SW.task_clock) and r.elapsed and r.elapsed > 0 then
         e.metric, e.metric_unit = e.value / (r.elapsed * 1e9), "CPUs utilized"
@@ -250,7 +383,7 @@ function M.derive(r)
       e.metric, e.metric_unit, e.metric_pct = 100 * e.value / branches, "of all branches", true
     elseif is_hw(a, HW.cache_misses) and cache_refs and cache_refs > 0 then
       e.metric, e.metric_unit, e.metric_pct = 100 * e.value / cache_refs, "of all cache refs", true
-    elseif task_ns and task_ns > 0 and not e.unit then
+    elseif task_ns and task_ns > 0 and (not e.unit or e.tool) then
       e.metric, e.metric_unit = rate_unit(1e9 * e.value / task_ns)
     end
   end
@@ -260,13 +393,16 @@ end
 -- ------------------------------------------------------------- output
 
 local function value_str(e)
+  if e.supported == false then return "<not supported>" end
   if not e.counted then return "<not counted>" end
   local v = e.display or e.value
+  if e.variance and not e.display then return format("%.0f", v) end   -- a mean count, as perf rounds it
   if v ~= math.floor(v) or e.display then return format("%.2f", v) end
   return format("%.0f", v)
 end
 
 --- One line per event, as `perf stat` prints them (no header).
+-- `prefix` starts each line (the interval's time, "CPU0", "comm-tid").
 function M.lines(r, prefix)
   local out = {}
   for _, e in ipairs(r) do
@@ -281,32 +417,117 @@ function M.lines(r, prefix)
     if e.counted and e.running ~= e.enabled and e.enabled > 0 then
       line = line .. format("  (%.2f%%)", e.percent)
     end
+    if e.variance and e.variance ~= 0 then   -- perf omits a zero spread
+      line = format("%-91s", line) .. format("  ( +-%6.2f%% )", e.variance)
+    end
     out[#out + 1] = (prefix or "") .. line:gsub("%s+$", "")
   end
   return out
 end
 
 --- perf stat's -x output: value,unit,event,run,percent,metric,metric unit
+-- (with -r, the relative stddev "N.NN%" after the event, as perf prints it)
 function M.csv(r, sep, prefix)
   sep = sep or ","
   local out = {}
   for _, e in ipairs(r) do
-    local cols = {
-      e.counted and value_str(e) or "<not counted>", e.unit or "", e.name,
-      format("%.0f", e.running), format("%.2f", e.percent),
-      e.metric and format(e.metric_pct and "%.2f" or "%.3f", e.metric) or "", e.metric_unit or "",
-    }
+    local cols = { value_str(e), e.unit or "", e.name }
+    if e.variance then cols[#cols + 1] = format("%.2f%%", e.variance) end
+    cols[#cols + 1] = format("%.0f", e.running)
+    cols[#cols + 1] = format("%.2f", e.percent)
+    cols[#cols + 1] = e.metric and format(e.metric_pct and "%.2f" or "%.3f", e.metric) or ""
+    cols[#cols + 1] = e.metric_unit or ""
     out[#out + 1] = (prefix or "") .. table.concat(cols, sep)
   end
   return table.concat(out, "\n") .. "\n"
 end
 
+local function json_str(s)
+  return '"' .. tostring(s):gsub('[%c"\\]', function(ch) return format("\\u%04x", ch:byte()) end) .. '"'
+end
+
+--- perf 6.1's -j output: one JSON object per event and line.
+-- @tparam table r a result
+-- @tparam[opt] table head `{{key, value}, ...}` put first in each object
+--   (`interval`, `cpu`, `thread`); a number value is printed as one
+function M.json(r, head)
+  local out = {}
+  for _, e in ipairs(r) do
+    local kv = {}
+    for _, h in ipairs(head or {}) do
+      kv[#kv + 1] = json_str(h[1]) .. " : " .. (type(h[2]) == "number" and format("%.9f", h[2]) or json_str(h[2]))
+    end
+    local v = (e.counted and e.supported ~= false) and format("%f", e.display or e.value) or value_str(e)
+    kv[#kv + 1] = '"counter-value" : ' .. json_str(v)
+    kv[#kv + 1] = '"unit" : ' .. json_str(e.unit or "")
+    kv[#kv + 1] = '"event" : ' .. json_str(e.name)
+    if e.variance then kv[#kv + 1] = format('"variance" : %.2f', e.variance) end
+    kv[#kv + 1] = format('"event-runtime" : %.0f', e.running)
+    kv[#kv + 1] = format('"pcnt-running" : %.2f', e.percent)
+    -- perf 6.1 prints "(null)" for an event without a metric, "" for one not supported
+    kv[#kv + 1] = format('"metric-value" : %f', e.metric or 0)
+    kv[#kv + 1] = '"metric-unit" : ' .. json_str(e.metric_unit or (e.supported == false and "" or "(null)"))
+    out[#out + 1] = "{" .. table.concat(kv, ", ") .. "}"
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+--- Aggregates the results of `-r N` runs: each entry gets the mean value
+-- and `variance`, perf's relative standard deviation of the mean in percent
+-- (100 * sqrt(var / n) / mean, var with n - 1); so does `elapsed`
+-- (`elapsed_stddev`, in seconds).
+-- @tparam table runs array of results (same events, same order)
+-- @treturn table a result
+function M.mean(runs)
+  local n = #runs
+  local function stats(get)
+    local sum = 0
+    for _, r in ipairs(runs) do sum = sum + get(r) end
+    local mean = sum / n
+    local m2 = 0
+    for _, r in ipairs(runs) do m2 = m2 + (get(r) - mean) ^ 2 end
+    local sd = n > 1 and math.sqrt(m2 / (n - 1) / n) or 0
+    return mean, sd
+  end
+  local r = setmetatable({}, Result)
+  for k, v in pairs(runs[n]) do if type(k) ~= "number" then r[k] = v end end
+  for i, last in ipairs(runs[n]) do
+    local e = {}
+    for k, v in pairs(last) do e[k] = v end
+    local function f(field) return function(x) return x[i][field] or 0 end end
+    e.enabled = stats(f("enabled"))
+    e.running = stats(f("running"))
+    local sd
+    e.value, sd = stats(f("value"))
+    e.variance = e.value ~= 0 and 100 * sd / e.value or 0
+    e.display = nil
+    for _, x in ipairs(runs) do if x[i].counted then e.counted = true end end
+    e.metric, e.metric_unit, e.metric_pct = nil, nil, nil
+    r[i] = e
+    r[e.name] = e.value
+  end
+  if runs[n].elapsed then r.elapsed, r.elapsed_stddev = stats(function(x) return x.elapsed end) end
+  r.runs = n
+  r.utime, r.stime = nil, nil
+  return M.derive(r)
+end
+
 --- The whole `perf stat` block.
 function M.format(r)
-  local b = { "", format(" Performance counter stats for '%s':", r.label or "Lua function"), "" }
+  local label = r.label or "Lua function"
+  -- perf: "for process id '42'", "for thread id '42'", else "for 'CMD'"
+  if not label:find("^process id '") and not label:find("^thread id '") then label = "'" .. label .. "'" end
+  local b = { "", format(" Performance counter stats for %s%s:", label,
+                         r.runs and format(" (%d runs)", r.runs) or ""), "" }
   for _, l in ipairs(M.lines(r)) do b[#b + 1] = l end
   b[#b + 1] = ""
-  if r.elapsed then b[#b + 1] = format("%18.9f seconds time elapsed", r.elapsed) b[#b + 1] = "" end
+  if r.elapsed and r.runs then
+    b[#b + 1] = format("%18.6f +- %.6f seconds time elapsed  ( +-%6.2f%% )", r.elapsed, r.elapsed_stddev,
+                       r.elapsed > 0 and 100 * r.elapsed_stddev / r.elapsed or 0)
+    b[#b + 1] = ""
+  elseif r.elapsed then
+    b[#b + 1] = format("%18.9f seconds time elapsed", r.elapsed) b[#b + 1] = ""
+  end
   if r.utime then
     b[#b + 1] = format("%18.9f seconds user", r.utime)
     b[#b + 1] = format("%18.9f seconds sys", r.stime or 0)
@@ -315,7 +536,7 @@ function M.format(r)
   return table.concat(b, "\n") .. "\n"
 end
 
-Result.__index = { csv = M.csv, lines = M.lines }
+Result.__index = { csv = M.csv, lines = M.lines, json = M.json }
 Result.__tostring = M.format
 
 -- ------------------------------------------------------------- pe.stat

@@ -6,6 +6,7 @@
  *   petarget spin ITERS      burn CPU in pet_spin_inner
  *   petarget touch W R       W writes and R reads of pet_cell[0]
  *   petarget sleep MS        sleep, then exit
+ *   petarget threads N ITERS N threads each burn pet_spin(ITERS); main waits
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,10 +14,17 @@
 #include <time.h>
 #include <unistd.h>
 #include <stdint.h>
+#include <pthread.h>
 
 uint64_t pet_call(uint64_t n);
 uint64_t pet_spin(uint64_t iters);
 uint64_t pet_touch(uint64_t writes, uint64_t reads);
+
+static void *spin_thread(void *arg)
+{
+  pet_spin((uint64_t)(uintptr_t)arg);
+  return NULL;
+}
 
 int main(int argc, char **argv)
 {
@@ -34,6 +42,10 @@ int main(int argc, char **argv)
   else if (strcmp(argv[1], "sleep") == 0) {
     struct timespec ts = { (time_t)(a / 1000), (long)(a % 1000) * 1000000L };
     nanosleep(&ts, NULL);
+  } else if (strcmp(argv[1], "threads") == 0) {
+    pthread_t t[64];
+    for (i = 0; i < a && i < 64; i++) pthread_create(&t[i], NULL, spin_thread, (void *)(uintptr_t)b);
+    for (i = 0; i < a && i < 64; i++) pthread_join(t[i], NULL);
   } else { fprintf(stderr, "petarget: unknown command %s\n", argv[1]); return 2; }
   return 0;
 }
