@@ -1,0 +1,42 @@
+-- Workload for spec/profile_spec.lua: three hot Lua functions, each with
+-- its own loop. Run as: luajit [-jp=Fi1] spec/support/profile_work.lua MODE OUT
+-- MODE "jit" or "interp" (jit.off()); writes the profile's top list to OUT.
+package.cpath = (os.getenv("PE_BUILD") or "build") .. "/?.so;" .. package.cpath
+package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+local mode, out = arg[1] or "jit", arg[2]
+if mode == "interp" then jit.off() end
+local pe = require("perf_event")
+
+local function alpha(n)
+  local s = 0
+  for i = 1, n do s = s + (i % 7) * 3 end
+  return s
+end
+
+local function beta(n)
+  local s = 0
+  for i = 1, n do s = s + math.sqrt(i) * 0.5 end
+  return s
+end
+
+local function gamma(n)
+  local s = 0
+  for i = 1, n do s = (s * 31 + i) % 1000003 end
+  return s
+end
+
+local scale = tonumber(os.getenv("PE_WORK_SCALE") or "1")
+local p = assert(pe.profile.start({ event = "cpu-clock", freq = 999 }))
+for _ = 1, 10 * scale do
+  alpha(3e6)
+  beta(2e6)
+  gamma(3e6)
+end
+p:stop()
+local f = out and assert(io.open(out, "w")) or io.stdout
+f:write("mode ", p.mode, " ", tostring(p.reason), "\n")
+local k = p:kinds()
+f:write(string.format("kinds trace=%d interp=%d caller=%d c=%d lost=%d\n", k.trace, k.interp, k.caller, k.c, p.lost))
+for _, e in ipairs(p:top()) do f:write(string.format("top %d %s\n", e.count, e.name)) end
+f:write(p:folded())
+if out then f:close() end
