@@ -502,7 +502,11 @@ function Profile:_resolve(rec)
   local vm = module and module:find("luajit", 1, true) and (name:find("+0x", 1, true)
     or name:find("^lj_BC_") or name:find("^lj_vm_"))
   if lua then frames[1] = lua end
-  if not (lua and vm) then frames[#frames + 1] = { c = name } end
+  if not (lua and vm) then
+    -- a stripped library: the module stands for its unnamed addresses
+    if module and name:find("+0x", 1, true) then name = "[" .. module .. "]" end
+    frames[#frames + 1] = { c = name }
+  end
   return frames
 end
 

@@ -1,0 +1,252 @@
+-- pe.profile: Lua-level profiles, checked against LuaJIT's own profiler
+-- (luajit -jp), jit.util's trace numbers and machine code addresses, and
+-- functions planted here and in spec/support/profile_work.lua.
+local pe = require("perf_event")
+
+local jit = rawget(_G, "jit")
+local srep = string.rep   -- an upvalue: busted's global environment would keep the loop from compiling
+local WORK = "spec/support/profile_work.lua"
+
+-- first and last line of each `local function NAME` in a source file
+local function ranges(path)
+  local r, cur = {}, nil
+  local n = 0
+  for l in io.lines(path) do
+    n = n + 1
+    local name = l:match("^local function ([%w_]+)")
+    if name then cur = name; r[name] = { n } end
+    if cur and l:match("^end") then r[cur][2] = n; cur = nil end
+  end
+  return r
+end
+
+-- runs the workload under luajit -jp=Fi1 (1 ms samples, functions with
+-- module); returns -jp's shares and ours, each normalised over the
+-- workload's three functions, and our report's lines
+local function run_work(mode)
+  local out = os.tmpname()
+  local env = "PE_PROF_FREQ=4999 "
+  if os.getenv("PE_BUILD") then env = env .. "PE_BUILD=" .. os.getenv("PE_BUILD") .. " " end
+  local f = assert(io.popen(env .. "luajit -jp=Fi1 " .. WORK .. " " .. mode .. " " .. out .. " 2>&1"))
+  local jp_text = f:read("*a")
+  f:close()
+  local ours, report = {}, {}
+  for l in io.lines(out) do report[#report + 1] = l end
+  os.remove(out)
+  local jp = {}
+  for pct, name in jp_text:gmatch("(%d+)%%%s+profile_work%.lua:([%w_]+)") do jp[name] = tonumber(pct) end
+  for _, l in ipairs(report) do
+    local c, name = l:match("^top (%d+) ([%w_]+)@spec/support/profile_work%.lua:%d+$")
+    if c then ours[name] = tonumber(c) end
+  end
+  local function norm(t)
+    local s = 0
+    for _, k in ipairs({ "alpha", "beta", "gamma" }) do s = s + (t[k] or 0) end
+    local o = {}
+    for _, k in ipairs({ "alpha", "beta", "gamma" }) do o[k] = s > 0 and 100 * (t[k] or 0) / s or 0 end
+    return o, s
+  end
+  local jn = norm(jp)
+  local on, total = norm(ours)
+  return jn, on, total, report, jp_text
+end
+
+local function check_lines(report, want_kind)
+  local r = ranges(WORK)
+  local kinds = report[2]
+  local n = 0
+  for _, l in ipairs(report) do
+    -- folded lines: the workload's frames, each at a line of its function
+    local stack, c = l:match("^(%S.-) (%d+)$")
+    if stack and not l:match("^top ") and not l:match("^kinds ") and not l:match("^mode ") then
+      for name, line in stack:gmatch("([%w_]+)@spec/support/profile_work%.lua:(%d+)") do
+        local rg = r[name]
+        if rg then
+          line = tonumber(line)
+          assert.is_true(line > rg[1] and line < rg[2],
+                         name .. " sampled at line " .. line .. " outside " .. rg[1] .. "-" .. rg[2])
+          n = n + tonumber(c)
+        end
+      end
+    end
+  end
+  assert.is_true(n > 0)
+  local k = tonumber(kinds:match(want_kind .. "=(%d+)"))
+  return n, k
+end
+
+describe("pe.profile", function()
+  if not jit then
+    -- PUC Lua: C leaf frames, named from the ELF symbols of the interpreter
+    it("gives C leaf frames only, named from ELF symbols", function()
+      local p = assert(pe.profile.start({ freq = 999 }))
+      local t0 = os.clock()
+      local s = 0
+      while os.clock() - t0 < 0.3 do
+        for i = 1, 10000 do s = s + i % 7 end
+      end
+      p:stop()
+      assert.equal("c", p.mode)
+      assert.equal("not LuaJIT", p.reason)
+      -- cpu-clock at 999 Hz over 0.3 s of this thread's CPU time
+      assert.is_true(p.nsamples >= 150, "samples: " .. p.nsamples)
+      local k = p:kinds()
+      assert.equal(p.nsamples, k.c)
+      local named = 0
+      for _, e in ipairs(p:top()) do
+        if not e.name:match("^%[") then named = named + e.count end
+      end
+      -- the interpreter's loop is in a shared library or executable whose
+      -- dynamic symbols name at least part of it
+      assert.is_true(named + p:top()[1].count > 0)
+    end)
+    return
+  end
+
+  local jutil = require("jit.util")
+
+  it("self-test: GCfuncL.pc and the prototype header agree with jit.util.funcbc; rbx holds the PC", function()
+    local st = pe.profile.selftest()
+    assert.is_true(st.ok, tostring(st.reason))
+    assert.equal(0, st.layout.proto_bc % 8)
+    -- >= 90% of the kernel's samples had rbx inside the probe's bytecode
+    assert.is_true(st.regs.hits >= 0.9 * st.regs.samples)
+    assert.is_true(st.regs.samples >= 10)
+  end)
+
+  it("JIT-compiled: per-function shares within 5 points of luajit -jp, lines inside the function", function()
+    local jp, ours, total, report, jp_text = run_work("jit")
+    assert.equal("mode full nil", report[1])
+    assert.is_true(total >= 500, "samples " .. total)
+    for _, k in ipairs({ "alpha", "beta", "gamma" }) do
+      assert.is_true(math.abs(jp[k] - ours[k]) <= 5,
+        string.format("%s: -jp %.1f%% ours %.1f%%\n%s", k, jp[k], ours[k], jp_text))
+    end
+    local n, traced = check_lines(report, "trace")
+    -- almost everything came through the trace registry
+    assert.is_true(traced >= 0.9 * n, "trace " .. traced .. " of " .. n)
+  end)
+
+  it("interpreted (jit.off): per-function shares within 5 points of luajit -jp, lines inside the function", function()
+    local jp, ours, total, report, jp_text = run_work("interp")
+    assert.equal("mode full nil", report[1])
+    assert.is_true(total >= 500, "samples " .. total)
+    for _, k in ipairs({ "alpha", "beta", "gamma" }) do
+      assert.is_true(math.abs(jp[k] - ours[k]) <= 5,
+        string.format("%s: -jp %.1f%% ours %.1f%%\n%s", k, jp[k], ours[k], jp_text))
+    end
+    local n, interp = check_lines(report, "interp")
+    assert.equal(0, tonumber(report[2]:match("trace=(%d+)")))
+    assert.is_true(interp >= 0.9 * n)
+  end)
+
+  it("registers traces with jit.util's numbers and addresses, and closes them on a flush", function()
+    local function planted_loop(n)
+      local s = 0
+      for i = 1, n do s = s + (i % 11) end
+      return s
+    end
+    local p = assert(pe.profile.start({ freq = 999 }))
+    local t0 = os.clock()
+    while os.clock() - t0 < 0.2 do planted_loop(1e5) end
+    local reg = p.reg
+    local live = 0
+    local line0 = debug.getinfo(planted_loop, "S").linedefined
+    local seen_planted = false
+    for tr, e in pairs(reg.live) do
+      live = live + 1
+      local code, addr = jutil.tracemc(tr)
+      assert.equal(addr, e.lo)
+      assert.equal(addr + #code, e.hi)
+      if e.info.name == "planted_loop" then
+        seen_planted = true
+        assert.equal(line0, e.info.linedefined)
+      end
+    end
+    assert.is_true(live > 0)
+    assert.is_true(seen_planted)
+    local tmid = reg.live[next(reg.live)].t0
+    local some = reg.live[next(reg.live)]
+    jit.flush()
+    -- after the flush no trace is live; the old one still resolves for
+    -- a sample taken before the flush, and not after it
+    assert.is_nil(next(reg.live))
+    assert.equal(1, reg.nflush)
+    assert.equal(some, reg:find_trace(some.lo, tmid))
+    assert.is_nil(reg:find_trace(some.lo, some.t1 + 1))
+    p:stop()
+    local hits = 0
+    for _, frames in ipairs(p.samples) do
+      local f = frames[1]
+      if f.trace and f.lua.name == "planted_loop" then
+        hits = hits + 1
+        assert.is_true(f.line > line0 and f.line < line0 + 4)
+      end
+    end
+    assert.is_true(hits >= 0.5 * p.nsamples, hits .. " of " .. p.nsamples)
+  end)
+
+  it("names a C leaf in libc under its JIT-compiled Lua caller (string.rep)", function()
+    local function planted_rep(n)
+      local t = 0
+      for i = 1, n do t = t + #srep("x", 200000 + i % 3) end
+      return t
+    end
+    local p = assert(pe.profile.start({ freq = 999 }))
+    local t0 = os.clock()
+    while os.clock() - t0 < 0.3 do planted_rep(500) end
+    p:stop()
+    local under, libc = 0, 0
+    for _, frames in ipairs(p.samples) do
+      local leaf = frames[#frames]
+      if leaf.c and leaf.c:match("libc") then
+        libc = libc + 1
+        if #frames == 2 and frames[1].lua and frames[1].lua.name == "planted_rep" then under = under + 1 end
+      end
+    end
+    -- string.rep's fill runs in libc (memset/memcpy); its caller comes
+    -- from a return address into planted_rep's trace on the sampled stack
+    assert.is_true(libc >= 0.5 * p.nsamples, libc .. " of " .. p.nsamples)
+    assert.is_true(under >= 0.8 * libc, under .. " of " .. libc)
+    assert.truthy(p:folded():find("planted_rep@spec/profile_spec.lua:%d+;%[libc.so.6%] %d+"))
+  end)
+
+  it("finds functions defined before start (through the stack) and loaded after it (bc event)", function()
+    local function planted_before(n)
+      local s = 0
+      for i = 1, n do s = s + (i % 3) * 2 end
+      return s
+    end
+    jit.off(planted_before)
+    local p = assert(pe.profile.start({ freq = 999 }))
+    local f2 = assert(loadstring("return function(n) local s = 0 for i = 1, n do s = s + i % 5 end return s end",
+                                 "=after"))()
+    jit.off(f2)
+    local t0 = os.clock()
+    while os.clock() - t0 < 0.3 do planted_before(1e5) f2(1e5) end
+    p:stop()
+    local share = {}
+    for _, e in ipairs(p:top()) do share[e.name] = e.share end
+    local line = debug.getinfo(planted_before, "S").linedefined
+    local b = share["planted_before@spec/profile_spec.lua:" .. line] or 0
+    local a = share["anon@after:1"] or 0
+    assert.is_true(b >= 20 and a >= 20 and a + b >= 85, string.format("before %.1f after %.1f", b, a))
+  end)
+
+  it("stop is idempotent and the folded text is 'a;b N' lines, most first", function()
+    local p = assert(pe.profile.start())
+    local t0 = os.clock()
+    while os.clock() - t0 < 0.05 do end
+    p:stop()
+    p:stop()
+    local last, total = math.huge, 0
+    for l in p:folded():gmatch("[^\n]+") do
+      local c = tonumber(l:match(" (%d+)$"))
+      assert.is_true(c <= last)
+      last = c
+      total = total + c
+    end
+    assert.equal(p.nsamples, total)
+    assert.matches("perf_event.profile%(cpu%-clock, full, %d+ samples%)", tostring(p))
+  end)
+end)
