@@ -92,13 +92,19 @@ describe("pe.profile", function()
       assert.is_true(p.nsamples >= 150, "samples: " .. p.nsamples)
       local k = p:kinds()
       assert.equal(p.nsamples, k.c)
-      local named = 0
+      -- the interpreter's own module: the executable mapped first in
+      -- /proc/self/maps, or the liblua it links (Debian strips both, so
+      -- the frame is the module in brackets)
+      local f = assert(io.open("/proc/self/maps"))
+      local exe = f:read("*l"):match("(/%S+)$"):match("([^/]+)$")
+      f:close()
+      local interp = 0
       for _, e in ipairs(p:top()) do
-        if not e.name:match("^%[") then named = named + e.count end
+        if e.name == "[" .. exe .. "]" or e.name:match("^%[liblua") or e.name:match("^lua[%u_]") then
+          interp = interp + e.count
+        end
       end
-      -- the interpreter's loop is in a shared library or executable whose
-      -- dynamic symbols name at least part of it
-      assert.is_true(named + p:top()[1].count > 0)
+      assert.is_true(interp >= 0.9 * p.nsamples, interp .. " of " .. p.nsamples .. " in " .. exe)
     end)
     return
   end
@@ -192,23 +198,36 @@ describe("pe.profile", function()
       for i = 1, n do t = t + #srep("x", 200000 + i % 3) end
       return t
     end
+    -- the driving loop stays interpreted, so planted_rep's own loop is
+    -- the trace that calls string.rep (not an outer trace inlining it)
+    local function drive()
+      local t0 = os.clock()
+      while os.clock() - t0 < 0.3 do planted_rep(500) end
+    end
+    jit.off(drive)
     local p = assert(pe.profile.start({ freq = 999 }))
-    local t0 = os.clock()
-    while os.clock() - t0 < 0.3 do planted_rep(500) end
+    drive()
     p:stop()
-    local under, libc = 0, 0
+    local under, wrong, libc = 0, 0, 0
     for _, frames in ipairs(p.samples) do
       local leaf = frames[#frames]
-      if leaf.c and leaf.c:match("libc") then
+      -- C outside the VM: libc's memset/memcpy (or ASan's interceptors)
+      if leaf.c and leaf.c ~= "[unknown]" and not leaf.c:match("^%[luajit") and not leaf.c:match("^%[vdso") then
         libc = libc + 1
-        if #frames == 2 and frames[1].lua and frames[1].lua.name == "planted_rep" then under = under + 1 end
+        if #frames == 2 and frames[1].lua then
+          if frames[1].lua.name == "planted_rep" then under = under + 1 else wrong = wrong + 1 end
+        end
       end
     end
-    -- string.rep's fill runs in libc (memset/memcpy); its caller comes
-    -- from a return address into planted_rep's trace on the sampled stack
+    -- string.rep's fill runs in libc; its caller comes from a return
+    -- address into planted_rep's trace within 256 bytes of the sampled sp
     assert.is_true(libc >= 0.5 * p.nsamples, libc .. " of " .. p.nsamples)
-    assert.is_true(under >= 0.8 * libc, under .. " of " .. libc)
-    assert.truthy(p:folded():find("planted_rep@spec/profile_spec.lua:%d+;%[libc.so.6%] %d+"))
+    assert.is_true(under >= 10 and under >= 0.8 * (under + wrong), under .. " right, " .. wrong .. " wrong")
+    if os.getenv("PE_SUITE") ~= "asan" then
+      -- without ASan's interceptor frames the caller is found for nearly all
+      assert.is_true(under >= 0.8 * libc, under .. " of " .. libc)
+      assert.truthy(p:folded():find("planted_rep@spec/profile_spec.lua:%d+;%[libc.so.6%] %d+\n"), p:folded())
+    end
   end)
 
   it("finds functions defined before start (through the stack) and loaded after it (bc event)", function()

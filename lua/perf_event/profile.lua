@@ -391,7 +391,8 @@ end
 
 --- Starts sampling this thread.
 -- @tparam[opt] table opts `event` ("cpu-clock"), `freq` (999 Hz) or
---   `period` (in event units), `pages` (ring pages, a power of two, 512),
+--   `period` (in event units), `pages` (ring pages, a power of two; 512, or 64 when
+--   2 MiB cannot be locked),
 --   `stack` (bytes of user stack per sample scanned for a trace caller,
 --   256; 0 disables), `lua` (false: C leaf frames only)
 -- @treturn[1] table the profile
@@ -434,6 +435,10 @@ function M.start(opts)
   if opts.period then spec.sample_period = opts.period
   else spec.freq = true; spec.sample_freq = opts.freq or 999 end
   local ev, err = pe.open(spec, { pages = opts.pages or 512 })
+  if not ev and not opts.pages then
+    -- 2 MiB is over the unprivileged mlock budget (perf_event_mlock_kb)
+    ev, err = pe.open(spec, { pages = 64 })
+  end
   if not ev then return nil, err end
   p.ev = ev
   if jit and mode ~= "c" then

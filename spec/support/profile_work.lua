@@ -1,5 +1,6 @@
 -- Workload for spec/profile_spec.lua: three hot Lua functions, each with
--- its own loop of bytecode only (no call into C or a fast function). Run as: luajit [-jp=Fi1] spec/support/profile_work.lua MODE OUT
+-- its own loop of bytecode only (no call into C or a fast function).
+-- Run as: luajit [-jp=Fi1] spec/support/profile_work.lua MODE OUT
 -- MODE "jit" or "interp" (jit.off()); writes the profile's top list to OUT.
 package.cpath = (os.getenv("PE_BUILD") or "build") .. "/?.so;" .. package.cpath
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
@@ -26,7 +27,8 @@ local function gamma(n)
 end
 
 local scale = tonumber(os.getenv("PE_WORK_SCALE") or "1")
-local p = assert(pe.profile.start({ event = "cpu-clock", freq = tonumber(os.getenv("PE_PROF_FREQ") or "999") }))
+local freq = tonumber(os.getenv("PE_PROF_FREQ") or "999")
+local p = assert(pe.profile.start({ event = "cpu-clock", freq = freq }))
 for _ = 1, 10 * scale do
   alpha(3e6)
   beta(2e6)
