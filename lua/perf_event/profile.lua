@@ -72,8 +72,10 @@ end
 
 -- ---------------------------------------------------------------- names
 
+-- the object's address: LuaJIT's "%p" (tostring says "builtin#N" for
+-- fast functions)
 local function addr_of(obj)
-  local h = tostring(obj):match("0x(%x+)")
+  local h = format("%p", obj):match("0x(%x+)")
   return h and tonumber(h, 16)
 end
 
