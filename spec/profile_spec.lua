@@ -252,6 +252,96 @@ describe("pe.profile", function()
     assert.is_true(b >= 20 and a >= 20 and a + b >= 85, string.format("before %.1f after %.1f", b, a))
   end)
 
+  it("attributes code in coroutines, and survives trace flushes and GC of profiled functions", function()
+    local co_hot = function(n)
+      local s = 0
+      for i = 1, n do s = s + (i % 9) end
+      return s
+    end
+    jit.off(co_hot)
+    local p = assert(pe.profile.start({ freq = 999 }))
+    local co = coroutine.wrap(function()
+      while true do coroutine.yield(co_hot(2e5)) end
+    end)
+    local t0 = os.clock()
+    while os.clock() - t0 < 0.2 do co() end
+    -- generated chunks: compiled, flushed, collected, 40 times over
+    for g = 1, 40 do
+      local f = assert(loadstring("local s = 0 for i = 1, 2e5 do s = s + i % 13 end return s", "=gen" .. g))
+      f() f()
+      jit.flush()
+      f = nil   -- luacheck: ignore 311
+      collectgarbage()
+    end
+    p:stop()
+    assert.is_true(p.reg.nflush >= 40)
+    local co_n, gen_n, other = 0, 0, 0
+    local line = debug.getinfo(co_hot, "S").linedefined
+    for _, frames in ipairs(p.samples) do
+      local f = frames[1]
+      if f.lua then
+        if f.lua.chunk == "spec/profile_spec.lua" and f.lua.linedefined == line then co_n = co_n + 1
+        elseif f.lua.chunk:match("^gen%d+$") then gen_n = gen_n + 1
+        else other = other + 1 end
+      end
+    end
+    -- co_hot ran about 0.2 s of CPU, the generated chunks at least 40 x 2
+    -- loops of 2e5 iterations; other Lua frames are the drivers' few lines
+    assert.is_true(co_n >= 100, "co_hot " .. co_n)
+    assert.is_true(gen_n >= 10, "gen " .. gen_n)
+    assert.is_true(other <= 0.2 * (co_n + gen_n), "other " .. other)
+  end)
+
+  it("writes a perf map that names the traces for the perf tool", function()
+    local f = io.popen("command -v perf")
+    local perf = f:read("*l")
+    f:close()
+    if not perf then pending("no perf tool") return end
+    local data = os.tmpname()
+    local env = os.getenv("PE_BUILD") and ("PE_BUILD=" .. os.getenv("PE_BUILD") .. " ") or ""
+    f = assert(io.popen("perf record -q -e cpu-clock:u -o " .. data .. " -- env " .. env
+                        .. "luajit spec/support/profile_perfmap.lua 2>&1"))
+    local out = f:read("*a")
+    f:close()
+    local map = out:match("map (%S+)")
+    -- every live trace has its line, with jit.util.tracemc's address and size
+    assert.truthy(map, out)
+    assert.is_true(tonumber(out:match("ok (%d+)")) >= 1, out)
+    f = assert(io.popen("perf report -i " .. data .. " --stdio --sort sym 2>/dev/null"))
+    local rep = f:read("*a")
+    f:close()
+    os.remove(data)
+    os.remove(map)
+    local pct = rep:match("([%d%.]+)%%%s+%[%.%] mapped_hot@spec/support/profile_perfmap%.lua:%d+ %[trace %d+%]")
+    assert.truthy(pct, rep)
+    assert.is_true(tonumber(pct) >= 50, rep)
+  end)
+
+  it("perf_event.autoprofile profiles a whole run given with luajit -l", function()
+    local out = os.tmpname()
+    local build = os.getenv("PE_BUILD") or "build"
+    local script = os.tmpname()
+    local sf = assert(io.open(script, "w"))
+    sf:write("local function whole_run(n)\n  local s = 0\n  for i = 1, n do s = (s * 7 + i) % 65521 end\n",
+             "  return s\nend\nfor _ = 1, 30 do whole_run(1e6) end\n")
+    sf:close()
+    local cmd = "LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='" .. build .. "/?.so;;' PE_PROFILE_OUT=" .. out
+      .. " luajit -l perf_event.autoprofile " .. script
+    local rc = os.execute(cmd)
+    assert.is_true(rc == 0 or rc == true)
+    local total, hot = 0, 0
+    for l in io.lines(out) do
+      local c = tonumber(l:match(" (%d+)$"))
+      total = total + c
+      -- the loop's line, in the function named from the script's text
+      if l == "whole_run@" .. script .. ":3 " .. c then hot = hot + c end
+    end
+    os.remove(out)
+    os.remove(script)
+    assert.is_true(total >= 50, "samples " .. total)
+    assert.is_true(hot >= 0.8 * total, hot .. " of " .. total)
+  end)
+
   it("stop is idempotent and the folded text is 'a;b N' lines, most first", function()
     local p = assert(pe.profile.start())
     local t0 = os.clock()

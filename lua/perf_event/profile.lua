@@ -278,6 +278,10 @@ function Reg:trace_event(what, tr, func, pc)
       local info = proto_info(jutil.funcinfo(p.func))
       local e = { tr = tr, lo = mc, hi = mc + size, t0 = now(), info = info,
                   line = fi.currentline or info.linedefined }
+      if self.perfmap then
+        self.perfmap:write(format("%x %x %s [trace %d]\n", mc, size, frame_name(info, e.line), tr))
+        self.perfmap:flush()
+      end
       local old = self.live[tr]
       if old then old.t1 = e.t0; self.dead[#self.dead + 1] = old end
       self.live[tr] = e
@@ -396,7 +400,8 @@ end
 --   `period` (in event units), `pages` (ring pages, a power of two; 512, or 64 when
 --   2 MiB cannot be locked),
 --   `stack` (bytes of user stack per sample scanned for a trace caller,
---   256; 0 disables), `lua` (false: C leaf frames only)
+--   256; 0 disables), `lua` (false: C leaf frames only), `perfmap` (true:
+--   append each trace to /tmp/perf-PID.map for the perf tool)
 -- @treturn[1] table the profile
 -- @treturn[2] nil
 -- @treturn[2] string why the event could not be opened
@@ -464,6 +469,14 @@ function M.start(opts)
       end
       p.bc_cb = function(pt) reg:add_tree(pt, off, seen) end
       jit.attach(p.bc_cb, "bc")
+    end
+    if opts.perfmap then
+      -- the runtime perf map the perf tool reads for JIT code: /tmp/perf-PID.map
+      local f = io.open("/proc/self/stat", "r")
+      local pid = f and f:read("*l"):match("^(%d+)")
+      if f then f:close() end
+      p.perfmap_path = format("/tmp/perf-%s.map", pid or "self")
+      reg.perfmap = io.open(p.perfmap_path, "a")
     end
     -- traces compiled before start are unknown to the registry: start clean
     jit.flush()
@@ -546,6 +559,7 @@ function Profile:stop()
   self.ev:disable()
   if self.trace_cb then jit.attach(self.trace_cb) self.trace_cb = nil end
   if self.bc_cb then jit.attach(self.bc_cb) self.bc_cb = nil end
+  if self.reg and self.reg.perfmap then self.reg.perfmap:close() self.reg.perfmap = nil end
   self:drain()
   self.ev:close()
   self.ev = nil
