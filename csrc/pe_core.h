@@ -152,6 +152,7 @@ void pe_ring_funcs(lua_State *L);
 void pe_ring_join(pe_event *ev, pe_event *target, const char *name);
 /* spawn.c: adds spawn/catch_signals/wait_pid to the module table on top */
 void pe_open_spawn(lua_State *L);
+void pe_open_luaprof(lua_State *L);         /* luaprof.c */
 
 /* ---- user page and FFI fast path (userpage.c, fast.c) ------------------- */
 /* ev:read() through the user page (seqlock + rdpmc): 0 with out = unscaled

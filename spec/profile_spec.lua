@@ -25,7 +25,8 @@ end
 -- workload's three functions, and our report's lines
 local function run_work(mode)
   local out = os.tmpname()
-  local env = "PE_PROF_FREQ=4999 "
+  -- 2999 Hz into an 8 MiB ring: no sample is lost before stop() reads them
+  local env = "PE_PROF_FREQ=2999 PE_PROF_PAGES=2048 "
   if os.getenv("PE_BUILD") then env = env .. "PE_BUILD=" .. os.getenv("PE_BUILD") .. " " end
   local f = assert(io.popen(env .. "luajit -jp=Fi1 " .. WORK .. " " .. mode .. " " .. out .. " 2>&1"))
   local jp_text = f:read("*a")
@@ -49,6 +50,12 @@ local function run_work(mode)
   local jn = norm(jp)
   local on, total = norm(ours)
   return jn, on, total, report, jp_text
+end
+
+-- the innermost Lua frame of a resolved sample, and the frame above the leaf
+local function innermost_lua(frames)
+  for i = #frames, 1, -1 do if frames[i].lua then return frames[i] end end
+  return nil
 end
 
 local function check_lines(report, want_kind)
@@ -122,7 +129,7 @@ describe("pe.profile", function()
 
   it("JIT-compiled: per-function shares within 5 points of luajit -jp, lines inside the function", function()
     local jp, ours, total, report, jp_text = run_work("jit")
-    assert.equal("mode full nil", report[1])
+    assert.equal("mode full nil", report[1], jp_text)
     assert.is_true(total >= 500, "samples " .. total)
     for _, k in ipairs({ "alpha", "beta", "gamma" }) do
       assert.is_true(math.abs(jp[k] - ours[k]) <= 5,
@@ -135,7 +142,7 @@ describe("pe.profile", function()
 
   it("interpreted (jit.off): per-function shares within 5 points of luajit -jp, lines inside the function", function()
     local jp, ours, total, report, jp_text = run_work("interp")
-    assert.equal("mode full nil", report[1])
+    assert.equal("mode full nil", report[1], jp_text)
     assert.is_true(total >= 500, "samples " .. total)
     for _, k in ipairs({ "alpha", "beta", "gamma" }) do
       assert.is_true(math.abs(jp[k] - ours[k]) <= 5,
@@ -183,7 +190,7 @@ describe("pe.profile", function()
     p:stop()
     local hits = 0
     for _, frames in ipairs(p.samples) do
-      local f = frames[1]
+      local f = frames[#frames]
       if f.trace and f.lua.name == "planted_loop" then
         hits = hits + 1
         assert.is_true(f.line > line0 and f.line < line0 + 4)
@@ -214,8 +221,9 @@ describe("pe.profile", function()
       -- C outside the VM: libc's memset/memcpy (or ASan's interceptors)
       if leaf.c and leaf.c ~= "[unknown]" and not leaf.c:match("^%[luajit") and not leaf.c:match("^%[vdso") then
         libc = libc + 1
-        if #frames == 2 and frames[1].lua then
-          if frames[1].lua.name == "planted_rep" then under = under + 1 else wrong = wrong + 1 end
+        local caller = frames[#frames - 1]
+        if caller and caller.lua then
+          if caller.lua.name == "planted_rep" then under = under + 1 else wrong = wrong + 1 end
         end
       end
     end
@@ -252,6 +260,77 @@ describe("pe.profile", function()
     assert.is_true(b >= 20 and a >= 20 and a + b >= 85, string.format("before %.1f after %.1f", b, a))
   end)
 
+  for _, mode in ipairs({ "interp", "jit" }) do
+    it("full Lua stacks (" .. mode .. "): one hot function under two callers shows both paths, root first", function()
+      local function stk_leaf(n)
+        local s = 0
+        for i = 1, n do s = s + (i % 7) end
+        return s
+      end
+      local function stk_via_a(n) return stk_leaf(n) + 1 end
+      local function stk_via_b(n) return stk_leaf(n) * 2 end
+      local function stk_top(t0)
+        while os.clock() - t0 < 0.4 do stk_via_a(1e5) stk_via_b(1e5) end
+      end
+      if mode == "interp" then
+        for _, f in ipairs({ stk_leaf, stk_via_a, stk_via_b, stk_top }) do jit.off(f) end
+      end
+      local p = assert(pe.profile.start({ freq = 999 }))
+      assert.is_true(p.stacks, tostring(p.stacks_reason))
+      stk_top(os.clock())
+      p:stop()
+      -- each caller's frame is at the line of its call, as debug.getinfo
+      -- gives the functions' first lines
+      local function at(f) return debug.getinfo(f, "S").linedefined end
+      local top_line = at(stk_top) + 1
+      local a = string.format("stk_top@spec/profile_spec.lua:%d;stk_via_a@spec/profile_spec.lua:%d;" ..
+                              "stk_leaf@spec/profile_spec.lua:", top_line, at(stk_via_a))
+      local b = string.format("stk_top@spec/profile_spec.lua:%d;stk_via_b@spec/profile_spec.lua:%d;" ..
+                              "stk_leaf@spec/profile_spec.lua:", top_line, at(stk_via_b))
+      local na, nb = 0, 0
+      for l in p:folded():gmatch("[^\n]+") do
+        local c = tonumber(l:match(" (%d+)$"))
+        -- below busted's own frames, the path ends in stk_leaf's loop line
+        if l:find(a .. (at(stk_leaf) + 2) .. " ", 1, true) then na = na + c end
+        if l:find(b .. (at(stk_leaf) + 2) .. " ", 1, true) then nb = nb + c end
+      end
+      assert.is_true(na >= 0.25 * p.nsamples and nb >= 0.25 * p.nsamples,
+                     string.format("via_a %d via_b %d of %d\n%s", na, nb, p.nsamples, p:folded()))
+      -- nearly every sample had its signal (the last ones may come after
+      -- stop, and the kernel may merge two wakeups into one)
+      assert.is_true(p.nsigs >= 0.95 * p.nsamples, p.nsigs .. " signals, " .. p.nsamples .. " samples")
+    end)
+  end
+
+  it("a fast function called by interpreted code counts for its Lua caller (math.sqrt)", function()
+    local sqrt = math.sqrt
+    local function ff_caller(n)
+      local s = 0
+      for i = 1, n do s = s + sqrt(i) end
+      return s
+    end
+    jit.off(ff_caller)
+    local p = assert(pe.profile.start({ freq = 999 }))
+    local t0 = os.clock()
+    while os.clock() - t0 < 0.3 do ff_caller(1e5) end
+    p:stop()
+    -- samples in the VM outside ff_caller's bytecode (the builtin) whose
+    -- walk from rdx names ff_caller's call line
+    local line = debug.getinfo(ff_caller, "S").linedefined + 2
+    local under = 0
+    for _, frames in ipairs(p.samples) do
+      local n = #frames
+      if frames[n].c and n >= 2 and frames[n - 1].lua and frames[n - 1].lua.name == "ff_caller" then
+        assert.equal(line, frames[n - 1].line)
+        under = under + 1
+      end
+    end
+    assert.is_true(under >= 0.05 * p.nsamples, under .. " of " .. p.nsamples)
+    local top = p:top(1)[1]
+    assert.matches("^ff_caller@", top.name)
+    assert.is_true(top.share >= 85, top.share)
+  end)
+
   it("attributes code in coroutines, and survives trace flushes and GC of profiled functions", function()
     local co_hot = function(n)
       local s = 0
@@ -278,8 +357,8 @@ describe("pe.profile", function()
     local co_n, gen_n, other = 0, 0, 0
     local line = debug.getinfo(co_hot, "S").linedefined
     for _, frames in ipairs(p.samples) do
-      local f = frames[1]
-      if f.lua then
+      local f = innermost_lua(frames)
+      if f then
         if f.lua.chunk == "spec/profile_spec.lua" and f.lua.linedefined == line then co_n = co_n + 1
         elseif f.lua.chunk:match("^gen%d+$") then gen_n = gen_n + 1
         else other = other + 1 end
@@ -333,8 +412,9 @@ describe("pe.profile", function()
     for l in io.lines(out) do
       local c = tonumber(l:match(" (%d+)$"))
       total = total + c
-      -- the loop's line, in the function named from the script's text
-      if l == "whole_run@" .. script .. ":3 " .. c then hot = hot + c end
+      -- the loop's line, in the function named from the script's text,
+      -- called from the main chunk's line 6
+      if l == "main@" .. script .. ":6;whole_run@" .. script .. ":3 " .. c then hot = hot + c end
     end
     os.remove(out)
     os.remove(script)

@@ -439,6 +439,11 @@ function M.start(opts)
     spec.sample_stack_user = stack
   end
   spec.sample_type = st
+  local core = pe.core
+  if mode == "full" and opts.stacks ~= false and core.luaprof_arm then
+    spec.wakeup_events = 1     -- a wakeup, so a signal, for every sample
+    p.stacks = true
+  end
   if opts.period then spec.sample_period = opts.period
   else spec.freq = true; spec.sample_freq = opts.freq or 999 end
   local ev, err = pe.open(spec, { pages = opts.pages or 512 })
@@ -483,13 +488,50 @@ function M.start(opts)
     p.trace_cb = function(what, tr, func, pc) reg:trace_event(what, tr, func, pc) end
     jit.attach(p.trace_cb, "trace")
   end
+  if p.stacks then
+    local ok, aerr = core.luaprof_arm(ev:fd())
+    if not ok then p.stacks = false; p.stacks_reason = aerr end
+  end
   p.running = true
   local ok, e2 = ev:enable()
   if not ok and e2 then p:stop() return nil, e2 end
   return p
 end
 
-function Profile:_resolve(rec)
+-- the Lua callers from a sample-time frame walk, root first: each PC is a
+-- return address into a known prototype; the walk stops at the first one
+-- that is not (a C boundary, or not a frame at all)
+local function callers(reg, sig)
+  local out = {}
+  local bx = tonumber(sig.bx)
+  for i, v in ipairs(sig.pcs) do
+    local pc = tonumber(v)
+    -- returning from a fast function, rbx is already the caller's PC while
+    -- rdx is still the callee's BASE: the first link repeats the leaf
+    if i == 1 and pc == bx then pc = nil end
+    local e = pc and reg:find_bc(pc - 4)
+    if not e and (i > 1 or pc) then break end
+    if e then
+      local fi = jutil.funcinfo(e.obj, (pc - e.lo) / 4 - 1)
+      out[#out + 1] = { lua = e.info, line = fi and fi.currentline or e.info.linedefined, walked = true }
+    end
+  end
+  local n = #out
+  for i = 1, floor(n / 2) do out[i], out[n - i + 1] = out[n - i + 1], out[i] end
+  return out
+end
+
+function Profile:_resolve(rec, sig)
+  local leaf = self:_leaf(rec)
+  if not sig or not self.reg then return leaf end
+  local up = callers(self.reg, sig)
+  if #up == 0 then return leaf end
+  for _, f in ipairs(leaf) do up[#up + 1] = f end
+  up.nleaf = #leaf
+  return up
+end
+
+function Profile:_leaf(rec)
   local reg, sym = self.reg, self.sym
   local ip = tonumber(rec.ip)
   local frames = {}
@@ -540,10 +582,28 @@ function Profile:drain()
   end
   self.sym:load_maps("self")
   local samples = self.samples
+  local sigs, si = nil, 1
+  if self.stacks then
+    local dropped
+    sigs, dropped = pe_module().core.luaprof_read()
+    self.sig_dropped = tonumber(dropped)
+    self.nsigs = (self.nsigs or 0) + #sigs
+  end
   for rec in self.ev:records() do
     if rec.type == "sample" then
       self.nsamples = self.nsamples + 1
-      samples[#samples + 1] = self:_resolve(rec)
+      -- the signal for this sample: the next one at the same user ip, taken
+      -- after the sample and within 10 ms of it
+      local sig
+      if sigs then
+        local ip, t = tonumber(rec.ip), tonumber(rec.time)
+        for j = si, math.min(si + 3, #sigs) do
+          local g = sigs[j]
+          local gt = tonumber(g.time)
+          if tonumber(g.ip) == ip and gt >= t and gt - t < 1e7 then sig = g; si = j + 1 break end
+        end
+      end
+      samples[#samples + 1] = self:_resolve(rec, sig)
     elseif rec.type == "lost" or rec.type == "lost_samples" then
       self.lost = self.lost + (tonumber(rec.lost) or 0)
     end
@@ -557,6 +617,7 @@ function Profile:stop()
   if not self.running then return self end
   self.running = false
   self.ev:disable()
+  if self.stacks then pe_module().core.luaprof_disarm(self.ev:fd()) end
   if self.trace_cb then jit.attach(self.trace_cb) self.trace_cb = nil end
   if self.bc_cb then jit.attach(self.bc_cb) self.bc_cb = nil end
   if self.reg and self.reg.perfmap then self.reg.perfmap:close() self.reg.perfmap = nil end
@@ -632,7 +693,7 @@ end
 function Profile:kinds()
   local k = { trace = 0, interp = 0, caller = 0, c = 0 }
   for _, frames in ipairs(self.samples) do
-    local f = frames[1]
+    local f = frames[#frames - (frames.nleaf or #frames) + 1]
     if f.trace and not f.caller then k.trace = k.trace + 1
     elseif f.caller then k.caller = k.caller + 1
     elseif f.lua then k.interp = k.interp + 1

@@ -28,7 +28,8 @@ end
 
 local scale = tonumber(os.getenv("PE_WORK_SCALE") or "1")
 local freq = tonumber(os.getenv("PE_PROF_FREQ") or "999")
-local p = assert(pe.profile.start({ event = "cpu-clock", freq = freq }))
+local pages = tonumber(os.getenv("PE_PROF_PAGES") or "512")
+local p = assert(pe.profile.start({ event = "cpu-clock", freq = freq, pages = pages }))
 for _ = 1, 10 * scale do
   alpha(3e6)
   beta(2e6)

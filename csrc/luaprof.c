@@ -1,0 +1,177 @@
+/*
+ * luaprof.c - sample-time capture for perf_event.profile (LuaJIT frames).
+ *
+ * A sampling event is armed so that each sample also sends a signal to
+ * this thread (O_ASYNC, F_SETSIG, F_SETOWN_EX with F_OWNER_TID). The
+ * handler records the interrupted rip, rbx (the interpreter's PC), rdx
+ * (its BASE) and rsp, the CLOCK_MONOTONIC time, and walks LuaJIT's frame
+ * links upward from BASE (GC64: the link is the slot at BASE-8; a Lua
+ * frame's link is the caller's PC, whose previous instruction's A operand
+ * gives the caller's BASE; other frames hold a byte delta). Every load goes
+ * through process_vm_readv on this process, so a wrong address is EFAULT,
+ * never a fault. The Lua side trusts a chain only where its PCs fall in
+ * bytecode it knows, so the walk needs no knowledge of lua_State.
+ *
+ * The records go to a fixed ring written only by the handler and read by
+ * the same thread (luaprof_read), so a signal fence orders them.
+ */
+#define _GNU_SOURCE
+#include "pe_core.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+
+#define LP_SLOTS 2048
+#define LP_DEPTH 24
+
+typedef struct lp_ent {
+  uint64_t time, ip, bx, dx, sp;
+  uint32_t n;
+  uint64_t pcs[LP_DEPTH];
+} lp_ent;
+
+static lp_ent lp_ring[LP_SLOTS];
+static volatile uint32_t lp_head, lp_tail, lp_dropped;
+static volatile int lp_on;
+static pid_t lp_pid;
+
+static int lp_read(uint64_t addr, void *out, size_t n)
+{
+  struct iovec l = { out, n }, r = { (void *)(uintptr_t)addr, n };
+  return syscall(SYS_process_vm_readv, lp_pid, &l, 1, &r, 1, 0) == (long)n;
+}
+
+#if defined(__x86_64__)
+static void lp_handler(int sig, siginfo_t *si, void *ctx)
+{
+  int saved = errno;
+  (void)sig; (void)si;
+  if (lp_on && lp_head - lp_tail < LP_SLOTS) {
+    ucontext_t *uc = ctx;
+    lp_ent *e = &lp_ring[lp_head % LP_SLOTS];
+    struct timespec ts;
+    uint64_t base, link;
+    uint32_t n = 0;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e->time = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    e->ip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+    e->bx = (uint64_t)uc->uc_mcontext.gregs[REG_RBX];
+    e->dx = (uint64_t)uc->uc_mcontext.gregs[REG_RDX];
+    e->sp = (uint64_t)uc->uc_mcontext.gregs[REG_RSP];
+    base = e->dx;
+    while (n < LP_DEPTH && base >= 16 && (base & 7) == 0 && lp_read(base - 8, &link, 8)) {
+      if ((link & 3) == 0) {              /* Lua frame: link = caller's PC */
+        uint32_t ins;
+        if (!lp_read(link - 4, &ins, 4)) break;
+        e->pcs[n++] = link;
+        base -= (2 + ((ins >> 8) & 0xff)) * 8;
+      } else {                            /* C, continuation, vararg, pcall */
+        uint64_t delta = link & ~(uint64_t)7;
+        if (delta == 0 || delta > base) break;
+        base -= delta;
+      }
+    }
+    e->n = n;
+    __atomic_signal_fence(__ATOMIC_RELEASE);
+    lp_head = lp_head + 1;
+  } else if (lp_on) {
+    lp_dropped = lp_dropped + 1;
+  }
+  errno = saved;
+}
+#endif
+
+/* core.luaprof_arm(fd, signo): signals on each sample of fd to this thread */
+static int l_arm(lua_State *L)
+{
+#if defined(__x86_64__)
+  int fd = (int)luaL_checkinteger(L, 1);
+  int signo = (int)luaL_optinteger(L, 2, SIGRTMIN + 3);
+  struct sigaction sa;
+  struct f_owner_ex own;
+  int fl;
+  if (lp_on) return luaL_error(L, "luaprof_arm: already armed");
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = lp_handler;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  lp_pid = getpid();
+  lp_head = lp_tail = lp_dropped = 0;
+  if (sigaction(signo, &sa, NULL) < 0)
+    return pe_push_syserror(L, "luaprof_arm", "sigaction", errno, NULL);
+  own.type = F_OWNER_TID;
+  own.pid = pe_current_tid();
+  fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETOWN_EX, &own) < 0 || fcntl(fd, F_SETSIG, signo) < 0
+      || fcntl(fd, F_SETFL, fl | O_ASYNC | O_NONBLOCK) < 0) {
+    int err = errno;
+    return pe_push_syserror(L, "luaprof_arm", "fcntl", err, NULL);
+  }
+  lp_on = 1;
+  lua_pushboolean(L, 1);
+  return 1;
+#else
+  (void)L;
+  lua_pushnil(L);
+  lua_pushliteral(L, "luaprof_arm: x86-64 only");
+  return 2;
+#endif
+}
+
+/* core.luaprof_disarm(fd): no more signals (the fd may already be closed) */
+static int l_disarm(lua_State *L)
+{
+  int fd = (int)luaL_optinteger(L, 1, -1);
+  if (fd >= 0) {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_ASYNC);
+  }
+  /* the handler stays installed, doing nothing: a signal already queued
+   * must not meet the default action (which ends the process) */
+  lp_on = 0;
+  return 0;
+}
+
+/* core.luaprof_read() -> array of {time, ip, bx, dx, sp, pcs = {...}}, dropped */
+static int l_read(lua_State *L)
+{
+  uint32_t head, i, k = 0;
+  __atomic_signal_fence(__ATOMIC_ACQUIRE);
+  head = lp_head;
+  lua_createtable(L, (int)(head - lp_tail), 0);
+  for (i = lp_tail; i != head; i++) {
+    const lp_ent *e = &lp_ring[i % LP_SLOTS];
+    uint32_t j;
+    lua_createtable(L, 0, 6);
+    pe_push_u64(L, e->time); lua_setfield(L, -2, "time");
+    pe_push_u64(L, e->ip); lua_setfield(L, -2, "ip");
+    pe_push_u64(L, e->bx); lua_setfield(L, -2, "bx");
+    pe_push_u64(L, e->dx); lua_setfield(L, -2, "dx");
+    pe_push_u64(L, e->sp); lua_setfield(L, -2, "sp");
+    lua_createtable(L, (int)e->n, 0);
+    for (j = 0; j < e->n; j++) {
+      pe_push_u64(L, e->pcs[j]);
+      lua_rawseti(L, -2, (int)j + 1);
+    }
+    lua_setfield(L, -2, "pcs");
+    lua_rawseti(L, -2, (int)++k);
+  }
+  __atomic_signal_fence(__ATOMIC_RELEASE);
+  lp_tail = head;
+  lua_pushinteger(L, lp_dropped);
+  return 2;
+}
+
+void pe_open_luaprof(lua_State *L)
+{
+  static const luaL_Reg fns[] = {
+    {"luaprof_arm", l_arm}, {"luaprof_disarm", l_disarm}, {"luaprof_read", l_read}, {NULL, NULL}
+  };
+  pe_setfuncs(L, fns);
+}
