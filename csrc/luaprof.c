@@ -37,7 +37,7 @@ typedef struct lp_ent {
 } lp_ent;
 
 static lp_ent lp_ring[LP_SLOTS];
-static volatile uint32_t lp_head, lp_tail, lp_dropped;
+static volatile uint32_t lp_head, lp_tail, lp_dropped, lp_late;
 static volatile int lp_on;
 static pid_t lp_pid;
 
@@ -82,6 +82,8 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
     lp_head = lp_head + 1;
   } else if (lp_on) {
     lp_dropped = lp_dropped + 1;
+  } else {
+    lp_late = lp_late + 1;              /* queued before disarm */
   }
   errno = saved;
 }
@@ -96,7 +98,11 @@ static int l_arm(lua_State *L)
   struct sigaction sa;
   struct f_owner_ex own;
   int fl;
-  if (lp_on) return luaL_error(L, "luaprof_arm: already armed");
+  if (lp_on) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "luaprof_arm: another profile is running on this process");
+    return 2;
+  }
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = lp_handler;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
@@ -138,7 +144,8 @@ static int l_disarm(lua_State *L)
   return 0;
 }
 
-/* core.luaprof_read() -> array of {time, ip, bx, dx, sp, pcs = {...}}, dropped */
+/* core.luaprof_read() -> array of {time, ip, bx, dx, sp, pcs = {...}},
+ * dropped (ring full), late (signals that came while disarmed) */
 static int l_read(lua_State *L)
 {
   uint32_t head, i, k = 0;
@@ -165,7 +172,8 @@ static int l_read(lua_State *L)
   __atomic_signal_fence(__ATOMIC_RELEASE);
   lp_tail = head;
   lua_pushinteger(L, lp_dropped);
-  return 2;
+  lua_pushinteger(L, lp_late);
+  return 3;
 }
 
 void pe_open_luaprof(lua_State *L)

@@ -87,6 +87,7 @@ describe("pe.profile", function()
     -- PUC Lua: C leaf frames, named from the ELF symbols of the interpreter
     it("gives C leaf frames only, named from ELF symbols", function()
       local p = assert(pe.profile.start({ freq = 999 }))
+      finally(function() p:stop() end)
       local t0 = os.clock()
       local s = 0
       while os.clock() - t0 < 0.3 do
@@ -160,6 +161,7 @@ describe("pe.profile", function()
       return s
     end
     local p = assert(pe.profile.start({ freq = 999 }))
+    finally(function() p:stop() end)
     local t0 = os.clock()
     while os.clock() - t0 < 0.2 do planted_loop(1e5) end
     local reg = p.reg
@@ -213,6 +215,7 @@ describe("pe.profile", function()
     end
     jit.off(drive)
     local p = assert(pe.profile.start({ freq = 999 }))
+    finally(function() p:stop() end)
     drive()
     p:stop()
     local under, wrong, libc = 0, 0, 0
@@ -246,6 +249,7 @@ describe("pe.profile", function()
     end
     jit.off(planted_before)
     local p = assert(pe.profile.start({ freq = 999 }))
+    finally(function() p:stop() end)
     local f2 = assert(loadstring("return function(n) local s = 0 for i = 1, n do s = s + i % 5 end return s end",
                                  "=after"))()
     jit.off(f2)
@@ -276,6 +280,7 @@ describe("pe.profile", function()
         for _, f in ipairs({ stk_leaf, stk_via_a, stk_via_b, stk_top }) do jit.off(f) end
       end
       local p = assert(pe.profile.start({ freq = 999 }))
+      finally(function() p:stop() end)
       assert.is_true(p.stacks, tostring(p.stacks_reason))
       stk_top(os.clock())
       p:stop()
@@ -296,6 +301,12 @@ describe("pe.profile", function()
       end
       assert.is_true(na >= 0.25 * p.nsamples and nb >= 0.25 * p.nsamples,
                      string.format("via_a %d via_b %d of %d\n%s", na, nb, p.nsamples, p:folded()))
+      -- no signal comes once stop() has returned
+      local _, _, late = pe.core.luaprof_read()
+      local t1 = os.clock()
+      while os.clock() - t1 < 0.05 do end
+      local _, _, late2 = pe.core.luaprof_read()
+      assert.equal(late, late2)
       -- nearly every sample had its signal (the last ones may come after
       -- stop, and the kernel may merge two wakeups into one)
       assert.is_true(p.nsigs >= 0.95 * p.nsamples, p.nsigs .. " signals, " .. p.nsamples .. " samples")
@@ -311,6 +322,7 @@ describe("pe.profile", function()
     end
     jit.off(ff_caller)
     local p = assert(pe.profile.start({ freq = 999 }))
+    finally(function() p:stop() end)
     local t0 = os.clock()
     while os.clock() - t0 < 0.3 do ff_caller(1e5) end
     p:stop()
@@ -339,6 +351,7 @@ describe("pe.profile", function()
     end
     jit.off(co_hot)
     local p = assert(pe.profile.start({ freq = 999 }))
+    finally(function() p:stop() end)
     local co = coroutine.wrap(function()
       while true do coroutine.yield(co_hot(2e5)) end
     end)
@@ -424,6 +437,7 @@ describe("pe.profile", function()
 
   it("stop is idempotent and the folded text is 'a;b N' lines, most first", function()
     local p = assert(pe.profile.start())
+    finally(function() p:stop() end)
     local t0 = os.clock()
     while os.clock() - t0 < 0.05 do end
     p:stop()
