@@ -126,6 +126,10 @@ describe("pe.profile", function()
     -- >= 90% of the kernel's samples had rbx inside the probe's bytecode
     assert.is_true(st.regs.hits >= 0.9 * st.regs.samples)
     assert.is_true(st.regs.samples >= 10)
+    -- the signal-time walk from rdx found the caller at the line
+    -- debug.getinfo gives, in >= 90% of the samples in the probe
+    assert.is_true(st.regs.walk.ok, tostring(st.regs.walk.reason))
+    assert.is_true(st.regs.walk.hits >= 0.9 * st.regs.walk.samples)
   end)
 
   it("JIT-compiled: per-function shares within 5 points of luajit -jp, lines inside the function", function()

@@ -334,23 +334,63 @@ local function selftest_spin(n)
   return s
 end
 
+-- its caller, on one line: the walk from a sample in selftest_spin must
+-- give a return address into this function at this line
+local function selftest_caller(n) return selftest_spin(n) + 0 end
+
+local function check_walk(lo, hi, sigs)
+  local clo = u64p(addr_of(selftest_caller) + FN_PC_OFFSET)
+  local chi = clo + 4 * jutil.funcinfo(selftest_caller).bytecodes
+  local want = debug.getinfo(selftest_caller, "S").linedefined
+  local n, good = 0, 0
+  for _, g in ipairs(sigs) do
+    local bx = tonumber(g.bx)
+    if bx >= lo + 4 and bx < hi + 4 then
+      n = n + 1
+      local pc = g.pcs[1] and tonumber(g.pcs[1])
+      if pc and pc - 4 >= clo and pc - 4 < chi
+        and jutil.funcinfo(selftest_caller, (pc - clo) / 4 - 1).currentline == want then
+        good = good + 1
+      end
+    end
+  end
+  if n < 10 then return { ok = false, reason = format("only %d signals in the frame-walk self-test", n) } end
+  if good < 0.9 * n then
+    return { ok = false, samples = n, hits = good,
+             reason = format("the walk from rdx found the caller at debug.getinfo's line in %d of %d samples",
+                             good, n) }
+  end
+  return { ok = true, samples = n, hits = good }
+end
+
 local function check_regs(pe)
   if regs_check then return regs_check end
+  local core = pe.core
+  local walk = core.luaprof_arm ~= nil
   local ev, err = pe.open({ event = "cpu-clock", sample_period = 100000, sample_type = "ip|regs_user",
-                            sample_regs_user = REGS_MASK, exclude_kernel = true, exclude_hv = true },
+                            sample_regs_user = REGS_MASK, exclude_kernel = true, exclude_hv = true,
+                            wakeup_events = walk and 1 or nil },
                           { pages = 16 })
   if not ev then regs_check = { ok = false, reason = "cannot sample: " .. tostring(err) } return regs_check end
   jit.off(selftest_spin)
+  jit.off(selftest_caller)
   local lo = u64p(addr_of(selftest_spin) + FN_PC_OFFSET)
   local hi = lo + 4 * jutil.funcinfo(selftest_spin).bytecodes
   local active = debug.getinfo(selftest_spin, "L").activelines
   local n, hits, badline = 0, 0, 0
+  local armed, aerr = false, "no luaprof in the core"
+  if walk then armed, aerr = core.luaprof_arm(ev:fd()) end
   local t0 = os.clock()
   ev:enable()
   repeat
-    selftest_spin(200000)
+    selftest_caller(200000)
   until os.clock() - t0 > 0.03
   ev:disable()
+  local walk_check = { ok = false, reason = tostring(aerr) }
+  if armed then
+    core.luaprof_disarm(ev:fd())
+    walk_check = check_walk(lo, hi, (core.luaprof_read()))
+  end
   for rec in ev:records() do
     if rec.type == "sample" and rec.regs_user and rec.regs_user.bx then
       n = n + 1
@@ -372,6 +412,7 @@ local function check_regs(pe)
   else
     regs_check = { ok = true, samples = n, hits = hits }
   end
+  regs_check.walk = walk_check
   return regs_check
 end
 
@@ -487,6 +528,9 @@ function M.start(opts)
     jit.flush()
     p.trace_cb = function(what, tr, func, pc) reg:trace_event(what, tr, func, pc) end
     jit.attach(p.trace_cb, "trace")
+  end
+  if p.stacks and not regs_check.walk.ok then
+    p.stacks, p.stacks_reason = false, regs_check.walk.reason
   end
   if p.stacks then
     local ok, aerr = core.luaprof_arm(ev:fd())
