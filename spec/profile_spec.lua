@@ -155,7 +155,7 @@ describe("pe.profile", function()
     end
     local n, interp = check_lines(report, "interp")
     assert.equal(0, tonumber(report[2]:match("trace=(%d+)")))
-    assert.is_true(interp >= 0.9 * n)
+    assert.is_true(interp >= 0.9 * n, "interp " .. interp .. " of " .. n)
   end)
 
   it("registers traces with jit.util's numbers and addresses, and closes them on a flush", function()
@@ -182,8 +182,8 @@ describe("pe.profile", function()
         assert.equal(line0, e.info.linedefined)
       end
     end
-    assert.is_true(live > 0)
-    assert.is_true(seen_planted)
+    assert.is_true(live > 0, "no live trace")
+    assert.is_true(seen_planted, "no trace starts in planted_loop")
     local tmid = reg.live[next(reg.live)].t0
     local some = reg.live[next(reg.live)]
     jit.flush()
@@ -199,7 +199,7 @@ describe("pe.profile", function()
       local f = frames[#frames]
       if f.trace and f.lua.name == "planted_loop" then
         hits = hits + 1
-        assert.is_true(f.line > line0 and f.line < line0 + 4)
+        assert.is_true(f.line > line0 and f.line < line0 + 4, "line " .. f.line)
       end
     end
     assert.is_true(hits >= 0.5 * p.nsamples, hits .. " of " .. p.nsamples)
@@ -370,7 +370,7 @@ describe("pe.profile", function()
       collectgarbage()
     end
     p:stop()
-    assert.is_true(p.reg.nflush >= 40)
+    assert.is_true(p.reg.nflush >= 40, "flushes " .. p.reg.nflush)
     local co_n, gen_n, other = 0, 0, 0
     local line = debug.getinfo(co_hot, "S").linedefined
     for _, frames in ipairs(p.samples) do
