@@ -27,7 +27,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
-#define LP_SLOTS 2048
+#define LP_SLOTS 8192       /* about 2 MB of bss, touched only when used */
 #define LP_DEPTH 24
 
 typedef struct lp_ent {
