@@ -451,7 +451,7 @@ function M.start(opts)
   if type(opts) ~= "table" then error("profile.start: opts must be a table", 2) end
   local pe = pe_module()
   local p = setmetatable({ event = opts.event or "cpu-clock", nsamples = 0, lost = 0,
-                           stacks = {}, running = false, samples = {} }, Profile)
+                           stacks = false, running = false, samples = {} }, Profile)
   local mode, reason = "c", "not LuaJIT"
   if jit and opts.lua ~= false then
     local lay = check_layout()
