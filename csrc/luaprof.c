@@ -6,8 +6,10 @@
  * handler records the interrupted rip, rbx (the interpreter's PC), rdx
  * (its BASE) and rsp, the CLOCK_MONOTONIC time, and walks LuaJIT's frame
  * links upward from BASE (GC64: the link is the slot at BASE-8; a Lua
- * frame's link is the caller's PC, whose previous instruction's A operand
- * gives the caller's BASE; other frames hold a byte delta). Every load goes
+ * frame's link is the caller's PC, whose previous instruction, a call,
+ * has the A operand that gives the caller's BASE; other frames hold a byte
+ * delta). When rdx is not BASE (C called from a trace), the words near sp
+ * are tried as BASE, since traces spill it there. Every load goes
  * through process_vm_readv on this process, so a wrong address is EFAULT,
  * never a fault. The Lua side trusts a chain only where its PCs fall in
  * bytecode it knows, so the walk needs no knowledge of lua_State.
@@ -48,6 +50,30 @@ static int lp_read(uint64_t addr, void *out, size_t n)
 }
 
 #if defined(__x86_64__)
+static uint8_t lp_callop[256];     /* opcodes a return PC follows (CALL, ...) */
+
+/* Walks frame links from base into pcs; returns how many Lua frames. A
+ * Lua frame's link must follow one of the call opcodes, so a wrong base
+ * rarely gets past its first link. */
+static uint32_t lp_walk(uint64_t base, uint64_t *pcs, int strict)
+{
+  uint32_t n = 0;
+  uint64_t link;
+  while (n < LP_DEPTH && base >= 16 && (base & 7) == 0 && lp_read(base - 8, &link, 8)) {
+    if ((link & 3) == 0) {              /* Lua frame: link = caller's PC */
+      uint32_t ins;
+      if (!lp_read(link - 4, &ins, 4) || !lp_callop[ins & 0xff]) break;
+      pcs[n++] = link;
+      base -= (2 + ((ins >> 8) & 0xff)) * 8;
+    } else {                            /* C, continuation, vararg, pcall */
+      uint64_t delta = link & ~(uint64_t)7;
+      if ((strict && n == 0) || delta == 0 || delta > base) break;
+      base -= delta;
+    }
+  }
+  return n;
+}
+
 static void lp_handler(int sig, siginfo_t *si, void *ctx)
 {
   int saved = errno;
@@ -56,25 +82,26 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
     ucontext_t *uc = ctx;
     lp_ent *e = &lp_ring[lp_head % LP_SLOTS];
     struct timespec ts;
-    uint64_t base, link;
-    uint32_t n = 0;
+    uint32_t n;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     e->time = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     e->ip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
     e->bx = (uint64_t)uc->uc_mcontext.gregs[REG_RBX];
     e->dx = (uint64_t)uc->uc_mcontext.gregs[REG_RDX];
     e->sp = (uint64_t)uc->uc_mcontext.gregs[REG_RSP];
-    base = e->dx;
-    while (n < LP_DEPTH && base >= 16 && (base & 7) == 0 && lp_read(base - 8, &link, 8)) {
-      if ((link & 3) == 0) {              /* Lua frame: link = caller's PC */
-        uint32_t ins;
-        if (!lp_read(link - 4, &ins, 4)) break;
-        e->pcs[n++] = link;
-        base -= (2 + ((ins >> 8) & 0xff)) * 8;
-      } else {                            /* C, continuation, vararg, pcall */
-        uint64_t delta = link & ~(uint64_t)7;
-        if (delta == 0 || delta > base) break;
-        base -= delta;
+    n = lp_walk(e->dx, e->pcs, 0);
+    if (n == 0) {
+      /* rdx is not BASE (C called from a trace clobbers it): try the
+       * words near sp, where a trace keeps BASE spilled */
+      uint64_t words[48];
+      if (lp_read(e->sp, words, sizeof words)) {
+        int i, tries = 0;
+        for (i = 0; i < 48 && n == 0 && tries < 24; i++) {
+          uint64_t w = words[i];
+          if ((w & 7) || w < 0x10000 || w >= ((uint64_t)1 << 47)) continue;
+          tries++;
+          n = lp_walk(w, e->pcs, 1);   /* a guess: its first link must be Lua */
+        }
       }
     }
     e->n = n;
@@ -89,12 +116,15 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
 }
 #endif
 
-/* core.luaprof_arm(fd, signo): signals on each sample of fd to this thread */
+/* core.luaprof_arm(fd, signo|nil, callops): signals on each sample of fd to
+ * this thread; callops is a string of the opcode bytes a return PC follows */
 static int l_arm(lua_State *L)
 {
 #if defined(__x86_64__)
   int fd = (int)luaL_checkinteger(L, 1);
   int signo = (int)luaL_optinteger(L, 2, SIGRTMIN + 3);
+  size_t nops, i;
+  const char *ops = luaL_checklstring(L, 3, &nops);
   struct sigaction sa;
   struct f_owner_ex own;
   int fl;
@@ -107,6 +137,8 @@ static int l_arm(lua_State *L)
   sa.sa_sigaction = lp_handler;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
+  memset(lp_callop, 0, sizeof lp_callop);
+  for (i = 0; i < nops; i++) lp_callop[(uint8_t)ops[i]] = 1;
   lp_pid = getpid();
   lp_head = lp_tail = lp_dropped = 0;
   if (sigaction(signo, &sa, NULL) < 0)

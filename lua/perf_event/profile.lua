@@ -174,6 +174,21 @@ local function probe_outer()
   return probe_inner
 end
 
+-- the opcodes (as a string of bytes) a return PC follows, from jit.vmdef
+local callops
+function M.callops()
+  if callops then return callops end
+  local names = require("jit.vmdef").bcnames
+  local want = { CALLM = true, CALL = true, ITERC = true, ITERN = true }
+  local t = {}
+  for i = 0, #names / 6 - 1 do
+    local n = names:sub(i * 6 + 1, i * 6 + 6):gsub(" ", "")
+    if want[n] then t[#t + 1] = string.char(i) end
+  end
+  callops = table.concat(t)
+  return callops
+end
+
 local function check_layout()
   if layout then return layout end
   if not ffi then layout = { ok = false, reason = "not LuaJIT" } return layout end
@@ -379,7 +394,7 @@ local function check_regs(pe)
   local active = debug.getinfo(selftest_spin, "L").activelines
   local n, hits, badline = 0, 0, 0
   local armed, aerr = false, "no luaprof in the core"
-  if walk then armed, aerr = core.luaprof_arm(ev:fd()) end
+  if walk then armed, aerr = core.luaprof_arm(ev:fd(), nil, M.callops()) end
   local t0 = os.clock()
   ev:enable()
   repeat
@@ -533,7 +548,7 @@ function M.start(opts)
     p.stacks, p.stacks_reason = false, regs_check.walk.reason
   end
   if p.stacks then
-    local ok, aerr = core.luaprof_arm(ev:fd())
+    local ok, aerr = core.luaprof_arm(ev:fd(), nil, M.callops())
     if not ok then p.stacks = false; p.stacks_reason = aerr end
   end
   p.running = true
