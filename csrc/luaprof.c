@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include "pe_core.h"
+#include <sys/ioctl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -41,6 +42,8 @@ typedef struct lp_ent {
 static lp_ent lp_ring[LP_SLOTS];
 static volatile uint32_t lp_head, lp_tail, lp_dropped, lp_late;
 static volatile int lp_on;
+static int lp_fd = -1;              /* the armed event's fd */
+static uint64_t lp_id;              /* and its id (fd numbers are reused) */
 static pid_t lp_pid;
 
 static int lp_read(uint64_t addr, void *out, size_t n)
@@ -128,6 +131,11 @@ static int l_arm(lua_State *L)
   struct sigaction sa;
   struct f_owner_ex own;
   int fl;
+  /* a profile dropped without stop(): its event's fd is closed by now */
+  if (lp_on) {
+    uint64_t id = 0;
+    if (lp_fd < 0 || ioctl(lp_fd, PE_IOC_ID, &id) < 0 || id != lp_id) lp_on = 0;
+  }
   if (lp_on) {
     lua_pushnil(L);
     lua_pushliteral(L, "luaprof_arm: another profile is running on this process");
@@ -151,6 +159,9 @@ static int l_arm(lua_State *L)
     int err = errno;
     return pe_push_syserror(L, "luaprof_arm", "fcntl", err, NULL);
   }
+  lp_fd = fd;
+  lp_id = 0;
+  if (ioctl(fd, PE_IOC_ID, &lp_id) < 0) lp_id = 0;
   lp_on = 1;
   lua_pushboolean(L, 1);
   return 1;
@@ -162,18 +173,25 @@ static int l_arm(lua_State *L)
 #endif
 }
 
-/* core.luaprof_disarm(fd): no more signals (the fd may already be closed) */
+/* core.luaprof_disarm(fd): no more signals from fd; false when fd is not
+ * the armed event (then nothing changes) */
 static int l_disarm(lua_State *L)
 {
-  int fd = (int)luaL_optinteger(L, 1, -1);
-  if (fd >= 0) {
-    int fl = fcntl(fd, F_GETFL);
-    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_ASYNC);
+  int fd = (int)luaL_checkinteger(L, 1);
+  uint64_t id = 0;
+  int fl;
+  if (!lp_on || fd != lp_fd || ioctl(fd, PE_IOC_ID, &id) < 0 || id != lp_id) {
+    lua_pushboolean(L, 0);
+    return 1;
   }
+  fl = fcntl(fd, F_GETFL);
+  if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_ASYNC);
   /* the handler stays installed, doing nothing: a signal already queued
    * must not meet the default action (which ends the process) */
   lp_on = 0;
-  return 0;
+  lp_fd = -1;
+  lua_pushboolean(L, 1);
+  return 1;
 }
 
 /* core.luaprof_read() -> array of {time, ip, bx, dx, sp, pcs = {...}},

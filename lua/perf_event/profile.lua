@@ -675,13 +675,16 @@ end
 function Profile:stop()
   if not self.running then return self end
   self.running = false
-  self.ev:disable()
-  if self.stacks then pe_module().core.luaprof_disarm(self.ev:fd()) end
+  local open = pcall(self.ev.fd, self.ev)   -- closed behind our back?
+  if open then self.ev:disable() end
+  if self.stacks and open then pe_module().core.luaprof_disarm(self.ev:fd()) end
   if self.trace_cb then jit.attach(self.trace_cb) self.trace_cb = nil end
   if self.bc_cb then jit.attach(self.bc_cb) self.bc_cb = nil end
   if self.reg and self.reg.perfmap then self.reg.perfmap:close() self.reg.perfmap = nil end
-  self:drain()
-  self.ev:close()
+  if open then
+    self:drain()
+    self.ev:close()
+  end
   self.ev = nil
   return self
 end
