@@ -25,6 +25,11 @@
 --    is scanned for a return address into a live trace: that trace is the
 --    Lua caller of the C leaf. Else the C leaf alone, or `[unknown]`.
 --
+-- Above that leaf go the Lua callers, walked at sample time: every sample
+-- also signals this thread, and csrc/luaprof.c follows LuaJIT's frame links
+-- from BASE (rdx) in the handler. Only return addresses into known bytecode
+-- become frames. Stacks are root first.
+--
 -- Steps 2 and 3 rely on LuaJIT internals (GCfuncL.pc at offset 32, the
 -- prototype header size, rbx as PC). Both are checked by a self-test at the
 -- first start; when it fails, `p.mode` is `"trace"` and `p.reason` says why.
@@ -456,8 +461,9 @@ end
 --   `period` (in event units), `pages` (ring pages, a power of two; 512, or 64 when
 --   2 MiB cannot be locked),
 --   `stack` (bytes of user stack per sample scanned for a trace caller,
---   256; 0 disables), `lua` (false: C leaf frames only), `perfmap` (true:
---   append each trace to /tmp/perf-PID.map for the perf tool)
+--   256; 0 disables), `stacks` (false: no signal-time walk of the Lua
+--   callers, leaf frames only), `lua` (false: C leaf frames only), `perfmap`
+--   (true: append each trace to /tmp/perf-PID.map for the perf tool)
 -- @treturn[1] table the profile
 -- @treturn[2] nil
 -- @treturn[2] string why the event could not be opened
