@@ -411,8 +411,13 @@ local function check_regs(pe)
     core.luaprof_disarm(ev:fd())
     walk_check = check_walk(lo, hi, (core.luaprof_read()))
   end
+  -- only samples in LuaJIT's own code count: under ASan, or at this rate,
+  -- some land in the signal handler or libc, where rbx is not the PC
+  local sym = pe.symbols.new({ kernel = false })
+  sym:load_maps("self")
   for rec in ev:records() do
-    if rec.type == "sample" and rec.regs_user and rec.regs_user.bx then
+    local _, _, module = sym:lookup(rec.ip)
+    if rec.type == "sample" and rec.regs_user and rec.regs_user.bx and module and module:find("luajit", 1, true) then
       n = n + 1
       local bx = tonumber(rec.regs_user.bx)
       if bx >= lo + 4 and bx < hi + 4 then
