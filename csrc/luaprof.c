@@ -41,6 +41,7 @@ typedef struct lp_ent {
 
 static lp_ent lp_ring[LP_SLOTS];
 static volatile uint32_t lp_head, lp_tail, lp_dropped, lp_late;
+static volatile uint64_t lp_ns;      /* time spent in the handler's walks */
 static volatile int lp_on;
 static int lp_fd = -1;              /* the armed event's fd */
 static uint64_t lp_id;              /* and its id (fd numbers are reused) */
@@ -55,17 +56,58 @@ static int lp_read(uint64_t addr, void *out, size_t n)
 #if defined(__x86_64__)
 static uint8_t lp_callop[256];     /* opcodes a return PC follows (CALL, ...) */
 
+/* The frame slots of one walk come from 2 KiB of the Lua stack read at
+ * once (frames go down from BASE). The handler is not reentered (its own
+ * signal is blocked while it runs), so one static buffer serves. */
+#define LP_CHUNK 2048
+static uint64_t lp_chunk[LP_CHUNK / 8];
+static uint64_t lp_cbeg, lp_cend;
+
+static int lp_slot(uint64_t addr, uint64_t *out)
+{
+  if (addr < lp_cbeg || addr + 8 > lp_cend) {
+    uint64_t start = addr + 8 >= LP_CHUNK ? addr + 8 - LP_CHUNK : 0;
+    if (!lp_read(start, lp_chunk, LP_CHUNK)) {
+      lp_cbeg = lp_cend = 0;
+      return lp_read(addr, out, 8);   /* the chunk crosses an unmapped page */
+    }
+    lp_cbeg = start;
+    lp_cend = start + LP_CHUNK;
+  }
+  *out = lp_chunk[(addr - lp_cbeg) / 8];
+  return 1;
+}
+
 /* Walks frame links from base into pcs; returns how many Lua frames. A
  * Lua frame's link must follow one of the call opcodes, so a wrong base
  * rarely gets past its first link. */
+/* The call instruction before each return PC seen, direct-mapped by the PC:
+ * the same call sites come back sample after sample. The profile holds
+ * every prototype it knows, so their bytecode does not move while armed;
+ * the cache is cleared at each arm. */
+#define LP_ICACHE 1024
+static struct { uint64_t pc; uint32_t ins; } lp_icache[LP_ICACHE];
+static uint64_t lp_last_base;      /* BASE of the last walk that worked */
+
+static int lp_ins(uint64_t pc, uint32_t *ins)
+{
+  unsigned h = (unsigned)((pc >> 2) ^ (pc >> 12)) % LP_ICACHE;
+  if (lp_icache[h].pc == pc) { *ins = lp_icache[h].ins; return 1; }
+  if (!lp_read(pc - 4, ins, 4)) return 0;
+  lp_icache[h].pc = pc;
+  lp_icache[h].ins = *ins;
+  return 1;
+}
+
 static uint32_t lp_walk(uint64_t base, uint64_t *pcs, int strict)
 {
   uint32_t n = 0;
   uint64_t link;
-  while (n < LP_DEPTH && base >= 16 && (base & 7) == 0 && lp_read(base - 8, &link, 8)) {
+  lp_cbeg = lp_cend = 0;
+  while (n < LP_DEPTH && base >= 16 && (base & 7) == 0 && lp_slot(base - 8, &link)) {
     if ((link & 3) == 0) {              /* Lua frame: link = caller's PC */
       uint32_t ins;
-      if (!lp_read(link - 4, &ins, 4) || !lp_callop[ins & 0xff]) break;
+      if (!lp_ins(link, &ins) || !lp_callop[ins & 0xff]) break;
       pcs[n++] = link;
       base -= (2 + ((ins >> 8) & 0xff)) * 8;
     } else {                            /* C, continuation, vararg, pcall */
@@ -99,15 +141,33 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
       uint64_t words[48];
       if (lp_read(e->sp, words, sizeof words)) {
         int i, tries = 0;
-        for (i = 0; i < 48 && n == 0 && tries < 24; i++) {
+        for (i = 0; i < 48 && n == 0 && tries < 6; i++) {
           uint64_t w = words[i];
           if ((w & 7) || w < 0x10000 || w >= ((uint64_t)1 << 47)) continue;
+          /* once a walk has worked, only words within 16 MiB of its BASE
+           * (the Lua stacks live there) are worth a read */
+          if (lp_last_base && (w > lp_last_base + (16u << 20) || w + (16u << 20) < lp_last_base)) continue;
           tries++;
+          {
+            /* one 8-byte read before a whole walk: the link must be a PC
+             * after a call */
+            uint64_t link;
+            uint32_t ins;
+            if (!lp_read(w - 8, &link, 8) || (link & 3) || link < 0x10000
+                || !lp_ins(link, &ins) || !lp_callop[ins & 0xff]) continue;
+          }
           n = lp_walk(w, e->pcs, 1);   /* a guess: its first link must be Lua */
+          if (n > 0) lp_last_base = w;
         }
       }
     }
     e->n = n;
+    if (n > 0 && !lp_last_base) lp_last_base = e->dx;
+    {
+      struct timespec t2;
+      clock_gettime(CLOCK_MONOTONIC, &t2);
+      lp_ns = lp_ns + ((uint64_t)t2.tv_sec * 1000000000u + (uint64_t)t2.tv_nsec - e->time);
+    }
     __atomic_signal_fence(__ATOMIC_RELEASE);
     lp_head = lp_head + 1;
   } else if (lp_on) {
@@ -146,6 +206,8 @@ static int l_arm(lua_State *L)
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
   memset(lp_callop, 0, sizeof lp_callop);
+  memset(lp_icache, 0, sizeof lp_icache);
+  lp_last_base = 0;
   for (i = 0; i < nops; i++) lp_callop[(uint8_t)ops[i]] = 1;
   lp_pid = getpid();
   lp_head = lp_tail = lp_dropped = 0;
@@ -195,7 +257,8 @@ static int l_disarm(lua_State *L)
 }
 
 /* core.luaprof_read() -> array of {time, ip, bx, dx, sp, pcs = {...}},
- * dropped (ring full), late (signals that came while disarmed) */
+ * dropped (ring full), late (signals that came while disarmed), and the
+ * nanoseconds spent walking in the handler so far */
 static int l_read(lua_State *L)
 {
   uint32_t head, i, k = 0;
@@ -223,7 +286,8 @@ static int l_read(lua_State *L)
   lp_tail = head;
   lua_pushinteger(L, lp_dropped);
   lua_pushinteger(L, lp_late);
-  return 3;
+  pe_push_u64(L, lp_ns);
+  return 4;
 }
 
 void pe_open_luaprof(lua_State *L)

@@ -561,6 +561,7 @@ function M.start(opts)
   if p.stacks then
     local ok, aerr = core.luaprof_arm(ev:fd(), nil, M.callops())
     if not ok then p.stacks = false; p.stacks_reason = aerr end
+    p.walk_ns0 = tonumber(select(4, core.luaprof_read()))
   end
   p.running = true
   local ok, e2 = ev:enable()
@@ -654,9 +655,10 @@ function Profile:drain()
   local samples = self.samples
   local sigs, si = nil, 1
   if self.stacks then
-    local dropped
-    sigs, dropped = pe_module().core.luaprof_read()
+    local dropped, _, ns
+    sigs, dropped, _, ns = pe_module().core.luaprof_read()
     self.sig_dropped = tonumber(dropped)
+    self.walk_ns = tonumber(ns) - (self.walk_ns0 or 0)
     self.nsigs = (self.nsigs or 0) + #sigs
   end
   for rec in self.ev:records() do
