@@ -35,6 +35,7 @@
 
 typedef struct lp_ent {
   uint64_t time, ip, bx, dx, sp;
+  uint64_t fpc;                 /* GCfuncL.pc of the function at the walk's BASE */
   uint32_t n;
   uint64_t pcs[LP_DEPTH];
 } lp_ent;
@@ -88,6 +89,8 @@ static int lp_slot(uint64_t addr, uint64_t *out)
 #define LP_ICACHE 1024
 static struct { uint64_t pc; uint32_t ins; } lp_icache[LP_ICACHE];
 static uint64_t lp_last_base;      /* BASE of the last walk that worked */
+static uint64_t lp_jit_base;       /* &G->jit_base (BASE while a trace runs), or 0 */
+static int lp_jb_mode;             /* 0 never, 1 after rdx fails, 2 only (self-test) */
 
 static int lp_ins(uint64_t pc, uint32_t *ins)
 {
@@ -99,8 +102,11 @@ static int lp_ins(uint64_t pc, uint32_t *ins)
   return 1;
 }
 
+static uint64_t lp_base_fpc;      /* set by lp_walk: pc of the function at BASE */
+
 static uint32_t lp_walk(uint64_t base, uint64_t *pcs, int strict)
 {
+  uint64_t fv, start = base;
   uint32_t n = 0;
   uint64_t link;
   lp_cbeg = lp_cend = 0;
@@ -115,6 +121,13 @@ static uint32_t lp_walk(uint64_t base, uint64_t *pcs, int strict)
       if ((strict && n == 0) || delta == 0 || delta > base) break;
       base -= delta;
     }
+  }
+  /* the frame's function slot (BASE-16, a tagged GCfunc pointer) and its
+   * GCfuncL.pc at +32: the Lua side checks it against known bytecode */
+  lp_base_fpc = 0;
+  if (n > 0 && lp_slot(start - 16, &fv)) {
+    uint64_t fn = fv & (((uint64_t)1 << 47) - 1), pc;
+    if (fn >= 0x10000 && (fn & 7) == 0 && lp_read(fn + 32, &pc, 8)) lp_base_fpc = pc;
   }
   return n;
 }
@@ -134,8 +147,12 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
     e->bx = (uint64_t)uc->uc_mcontext.gregs[REG_RBX];
     e->dx = (uint64_t)uc->uc_mcontext.gregs[REG_RDX];
     e->sp = (uint64_t)uc->uc_mcontext.gregs[REG_RSP];
-    n = lp_walk(e->dx, e->pcs, 0);
-    if (n == 0) {
+    n = lp_jb_mode == 2 ? 0 : lp_walk(e->dx, e->pcs, 0);
+    if (n == 0 && lp_jit_base && lp_jb_mode) {
+      uint64_t jb;
+      if (lp_read(lp_jit_base, &jb, 8) && jb) n = lp_walk(jb, e->pcs, 1);
+    }
+    if (n == 0 && lp_jb_mode != 2) {
       /* rdx is not BASE (C called from a trace clobbers it): try the
        * words near sp, where a trace keeps BASE spilled */
       uint64_t words[48];
@@ -162,6 +179,7 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
       }
     }
     e->n = n;
+    e->fpc = n > 0 ? lp_base_fpc : 0;
     if (n > 0 && !lp_last_base) lp_last_base = e->dx;
     {
       struct timespec t2;
@@ -179,8 +197,32 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
 }
 #endif
 
-/* core.luaprof_arm(fd, signo|nil, callops): signals on each sample of fd to
- * this thread; callops is a string of the opcode bytes a return PC follows */
+/* &G->jit_base of LuaJIT 2.1 GC64, found and checked here, or 0.
+ * lua_State: glref at +16, base at +32, top at +40 (checked against this
+ * call's own arguments). global_State: cur_L, then jit_base; cur_L is the
+ * last word equal to L in the first 4 KiB (mainthref comes earlier), and
+ * jit_base is NULL while this C function runs. */
+static uint64_t lp_find_jit_base(lua_State *L)
+{
+  uint64_t lw[6], g, words[512], base, top;
+  double d;
+  int k, found = -1;
+  if (!lp_read((uint64_t)(uintptr_t)L, lw, sizeof lw)) return 0;
+  base = lw[4];
+  top = lw[5];
+  if (top < base || (top - base) / 8 != (uint64_t)lua_gettop(L)) return 0;
+  if (!lp_read(base, &d, 8) || d != (double)lua_tonumber(L, 1)) return 0;
+  g = lw[2];
+  if (!g || !lp_read(g, words, sizeof words)) return 0;
+  for (k = 0; k < 511; k++)
+    if (words[k] == (uint64_t)(uintptr_t)L && words[k + 1] == 0) found = k;
+  return found < 0 ? 0 : g + (uint64_t)(found + 1) * 8;
+}
+
+/* core.luaprof_arm(fd, signo|nil, callops [, jit_base_mode]): signals on
+ * each sample of fd to this thread; callops is a string of the opcode bytes
+ * a return PC follows; jit_base_mode 0 never walks from G->jit_base, 1
+ * (default) when rdx is not BASE, 2 only from it (the self-test) */
 static int l_arm(lua_State *L)
 {
 #if defined(__x86_64__)
@@ -205,6 +247,8 @@ static int l_arm(lua_State *L)
   sa.sa_sigaction = lp_handler;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
+  lp_jb_mode = (int)luaL_optinteger(L, 4, 1);
+  lp_jit_base = lp_jb_mode ? lp_find_jit_base(L) : 0;
   memset(lp_callop, 0, sizeof lp_callop);
   memset(lp_icache, 0, sizeof lp_icache);
   lp_last_base = 0;
@@ -274,6 +318,7 @@ static int l_read(lua_State *L)
     pe_push_u64(L, e->bx); lua_setfield(L, -2, "bx");
     pe_push_u64(L, e->dx); lua_setfield(L, -2, "dx");
     pe_push_u64(L, e->sp); lua_setfield(L, -2, "sp");
+    pe_push_u64(L, e->fpc); lua_setfield(L, -2, "fpc");
     lua_createtable(L, (int)e->n, 0);
     for (j = 0; j < e->n; j++) {
       pe_push_u64(L, e->pcs[j]);
@@ -287,7 +332,8 @@ static int l_read(lua_State *L)
   lua_pushinteger(L, lp_dropped);
   lua_pushinteger(L, lp_late);
   pe_push_u64(L, lp_ns);
-  return 4;
+  pe_push_u64(L, lp_jit_base);
+  return 5;
 }
 
 void pe_open_luaprof(lua_State *L)

@@ -71,7 +71,9 @@ local function check_lines(report, want_kind)
         local rg = r[name]
         if rg then
           line = tonumber(line)
-          assert.is_true(line > rg[1] and line < rg[2],
+          -- (a frame known only as the function at the walk's BASE carries
+          -- its first line)
+          assert.is_true(line >= rg[1] and line < rg[2],
                          name .. " sampled at line " .. line .. " outside " .. rg[1] .. "-" .. rg[2])
           n = n + tonumber(c)
         end

@@ -358,6 +358,52 @@ end
 -- give a return address into this function at this line
 local function selftest_caller(n) return selftest_spin(n) + 0 end
 
+-- a compiled loop and its one-line caller: with the walk from G->jit_base
+-- alone, samples in the loop's trace must name the caller at its line
+local function selftest_jspin(n)
+  local s = 0
+  for i = 1, n do s = s + (i % 7) end
+  return s
+end
+local function selftest_jcaller(n) return selftest_jspin(n) + 0 end
+
+local function check_jit_base(pe)
+  local core = pe.core
+  local ev = pe.open({ event = "cpu-clock", sample_period = 100000, sample_type = "ip",
+                       exclude_kernel = true, exclude_hv = true, wakeup_events = 1 }, { pages = 16 })
+  if not ev then return { ok = false, reason = "cannot sample" } end
+  jit.on(selftest_jspin)
+  selftest_jcaller(1000)                 -- compiled before the samples
+  local armed, aerr = core.luaprof_arm(ev:fd(), nil, M.callops(), 2)
+  if not armed then ev:close() return { ok = false, reason = tostring(aerr) } end
+  local jb = select(5, core.luaprof_read())
+  local t0 = os.clock()
+  ev:enable()
+  repeat selftest_jcaller(200000) until os.clock() - t0 > 0.03
+  ev:disable()
+  core.luaprof_disarm(ev:fd())
+  local sigs = core.luaprof_read()
+  ev:close()
+  if not jb or tonumber(jb) == 0 then return { ok = false, reason = "G->jit_base not found next to G->cur_L" } end
+  local clo = u64p(addr_of(selftest_jcaller) + FN_PC_OFFSET)
+  local chi = clo + 4 * jutil.funcinfo(selftest_jcaller).bytecodes
+  local want = debug.getinfo(selftest_jcaller, "S").linedefined
+  local good = 0
+  for _, g in ipairs(sigs) do
+    local pc = g.pcs[1] and tonumber(g.pcs[1])
+    if pc and pc - 4 >= clo and pc - 4 < chi
+      and jutil.funcinfo(selftest_jcaller, (pc - clo) / 4 - 1).currentline == want then
+      good = good + 1
+    end
+  end
+  if #sigs < 10 or good < 0.8 * #sigs then
+    return { ok = false, samples = #sigs, hits = good,
+             reason = format("the walk from G->jit_base found the caller at debug.getinfo's line in %d of %d",
+                             good, #sigs) }
+  end
+  return { ok = true, samples = #sigs, hits = good }
+end
+
 local function check_walk(lo, hi, sigs)
   local clo = u64p(addr_of(selftest_caller) + FN_PC_OFFSET)
   local chi = clo + 4 * jutil.funcinfo(selftest_caller).bytecodes
@@ -438,6 +484,7 @@ local function check_regs(pe)
     regs_check = { ok = true, samples = n, hits = hits }
   end
   regs_check.walk = walk_check
+  regs_check.jit_base = walk_check.ok and check_jit_base(pe) or { ok = false, reason = "no walk" }
   return regs_check
 end
 
@@ -559,9 +606,10 @@ function M.start(opts)
     p.stacks, p.stacks_reason = false, regs_check.walk.reason
   end
   if p.stacks then
-    local ok, aerr = core.luaprof_arm(ev:fd(), nil, M.callops())
+    local ok, aerr = core.luaprof_arm(ev:fd(), nil, M.callops(), regs_check.jit_base.ok and 1 or 0)
     if not ok then p.stacks = false; p.stacks_reason = aerr end
-    p.walk_ns0 = tonumber(select(4, core.luaprof_read()))
+    p.jit_base = regs_check.jit_base
+    p.walk_ns0 = tonumber((select(4, core.luaprof_read())))
   end
   p.running = true
   local ok, e2 = ev:enable()
@@ -589,6 +637,11 @@ local function callers(reg, sig)
   end
   local n = #out
   for i = 1, floor(n / 2) do out[i], out[n - i + 1] = out[n - i + 1], out[i] end
+  -- the function whose frame the walk started from (its line is not known
+  -- from the walk: the function's first line stands for it)
+  local fpc = n > 0 and tonumber(sig.fpc)
+  local fe = fpc and fpc ~= 0 and reg.by_lo[fpc]
+  if fe then out[#out + 1] = { lua = fe.info, line = fe.info.linedefined, walked = true, base = true } end
   return out
 end
 
@@ -597,6 +650,9 @@ function Profile:_resolve(rec, sig)
   if not sig or not self.reg then return leaf end
   local up = callers(self.reg, sig)
   if #up == 0 then return leaf end
+  -- the leaf's own Lua frame, when known, replaces the walk's base function
+  local last = up[#up]
+  if last.base and leaf[1].lua then up[#up] = nil end
   for _, f in ipairs(leaf) do up[#up + 1] = f end
   up.nleaf = #leaf
   return up
