@@ -650,9 +650,10 @@ function Profile:_resolve(rec, sig)
   if not sig or not self.reg then return leaf end
   local up = callers(self.reg, sig)
   if #up == 0 then return leaf end
-  -- the leaf's own Lua frame, when known, replaces the walk's base function
+  -- the leaf's own Lua frame, when it is the same function, replaces the
+  -- walk's base function (a different one was inlined into its trace)
   local last = up[#up]
-  if last.base and leaf[1].lua then up[#up] = nil end
+  if last.base and leaf[1].lua and leaf[1].lua == last.lua then up[#up] = nil end
   for _, f in ipairs(leaf) do up[#up + 1] = f end
   up.nleaf = #leaf
   return up
