@@ -12,7 +12,8 @@
  *   fast.c                 the pe_fast_* FFI entry points
  *   event.c                event methods, ioctls, reads, the event metatable
  *   ring.c                 ring drain, records, AUX (methods added by event.c)
- *   group.c userpage.c     groups; the user-page (rdpmc) read, time_conv
+ *   group.c userpage.c luaprof.c  groups; the user-page (rdpmc) read,
+ *                          time_conv; the LuaJIT stack walk (pe.profile)
  *   lifecycle.c            open, close/gc, fork generation, mmap, accessors
  *   layouts.c spawn.c dir.c  shared-ring decode layouts (E6); spawn/wait;
  *                          core.readdir
@@ -274,6 +275,7 @@ int pe_event_read(pe_event *ev, uint64_t out[3], long *nread);
 int pe_open_events(lua_State *L);
 /* spawn.c: adds spawn/catch_signals/wait_pid to the module table on top */
 void pe_open_spawn(lua_State *L);
+void pe_open_luaprof(lua_State *L);         /* luaprof.c */
 
 /* ---- ring (ring.c) ------------------------------------------------------ */
 /* adds the sampling methods to the table on top of the stack */

@@ -71,7 +71,8 @@ end
 -- Loaded on first use: `pe.stat(fn, events [, opts])` (perf_event.stat:
 -- runs fn once with the events counting; the result prints like `perf
 -- stat`) and `pe.symbols` (perf_event.symbols: addresses to names).
-local LAZY = { stat = function() return mod("stat").stat end, symbols = function() return mod("symbols") end }
+local LAZY = { stat = function() return mod("stat").stat end, symbols = function() return mod("symbols") end,
+               profile = function() return mod("profile") end }
 setmetatable(M, { __index = function(t, k)
   local f = LAZY[k]
   if f then

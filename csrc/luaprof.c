@@ -1,0 +1,345 @@
+/*
+ * luaprof.c - sample-time capture for perf_event.profile (LuaJIT frames).
+ *
+ * A sampling event is armed so that each sample also sends a signal to
+ * this thread (O_ASYNC, F_SETSIG, F_SETOWN_EX with F_OWNER_TID). The
+ * handler records the interrupted rip, rbx (the interpreter's PC), rdx
+ * (its BASE) and rsp, the CLOCK_MONOTONIC time, and walks LuaJIT's frame
+ * links upward from BASE (GC64: the link is the slot at BASE-8; a Lua
+ * frame's link is the caller's PC, whose previous instruction, a call,
+ * has the A operand that gives the caller's BASE; other frames hold a byte
+ * delta). When rdx is not BASE (C called from a trace), the words near sp
+ * are tried as BASE, since traces spill it there. Every load goes
+ * through process_vm_readv on this process, so a wrong address is EFAULT,
+ * never a fault. The Lua side trusts a chain only where its PCs fall in
+ * bytecode it knows, so the walk needs no knowledge of lua_State.
+ *
+ * The records go to a fixed ring written only by the handler and read by
+ * the same thread (luaprof_read), so a signal fence orders them.
+ */
+#define _GNU_SOURCE
+#include "pe_core.h"
+#include <sys/ioctl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+
+#define LP_SLOTS 8192       /* about 2 MB of bss, touched only when used */
+#define LP_DEPTH 24
+
+typedef struct lp_ent {
+  uint64_t time, ip, bx, dx, sp;
+  uint64_t fpc;                 /* GCfuncL.pc of the function at the walk's BASE */
+  uint32_t n;
+  uint64_t pcs[LP_DEPTH];
+} lp_ent;
+
+static lp_ent lp_ring[LP_SLOTS];
+static volatile uint32_t lp_head, lp_tail, lp_dropped, lp_late;
+static volatile uint64_t lp_ns;      /* time spent in the handler's walks */
+static volatile int lp_on;
+static int lp_fd = -1;              /* the armed event's fd */
+static uint64_t lp_id;              /* and its id (fd numbers are reused) */
+static pid_t lp_pid;
+
+static int lp_read(uint64_t addr, void *out, size_t n)
+{
+  struct iovec l = { out, n }, r = { (void *)(uintptr_t)addr, n };
+  return syscall(SYS_process_vm_readv, lp_pid, &l, 1, &r, 1, 0) == (long)n;
+}
+
+#if defined(__x86_64__)
+static uint8_t lp_callop[256];     /* opcodes a return PC follows (CALL, ...) */
+
+/* The frame slots of one walk come from 2 KiB of the Lua stack read at
+ * once (frames go down from BASE). The handler is not reentered (its own
+ * signal is blocked while it runs), so one static buffer serves. */
+#define LP_CHUNK 2048
+static uint64_t lp_chunk[LP_CHUNK / 8];
+static uint64_t lp_cbeg, lp_cend;
+
+static int lp_slot(uint64_t addr, uint64_t *out)
+{
+  if (addr < lp_cbeg || addr + 8 > lp_cend) {
+    uint64_t start = addr + 8 >= LP_CHUNK ? addr + 8 - LP_CHUNK : 0;
+    if (!lp_read(start, lp_chunk, LP_CHUNK)) {
+      lp_cbeg = lp_cend = 0;
+      return lp_read(addr, out, 8);   /* the chunk crosses an unmapped page */
+    }
+    lp_cbeg = start;
+    lp_cend = start + LP_CHUNK;
+  }
+  *out = lp_chunk[(addr - lp_cbeg) / 8];
+  return 1;
+}
+
+/* Walks frame links from base into pcs; returns how many Lua frames. A
+ * Lua frame's link must follow one of the call opcodes, so a wrong base
+ * rarely gets past its first link. */
+/* The call instruction before each return PC seen, direct-mapped by the PC:
+ * the same call sites come back sample after sample. The profile holds
+ * every prototype it knows, so their bytecode does not move while armed;
+ * the cache is cleared at each arm. */
+#define LP_ICACHE 1024
+static struct { uint64_t pc; uint32_t ins; } lp_icache[LP_ICACHE];
+static uint64_t lp_last_base;      /* BASE of the last walk that worked */
+static uint64_t lp_jit_base;       /* &G->jit_base (BASE while a trace runs), or 0 */
+static int lp_jb_mode;             /* 0 never, 1 after rdx fails, 2 only (self-test) */
+
+static int lp_ins(uint64_t pc, uint32_t *ins)
+{
+  unsigned h = (unsigned)((pc >> 2) ^ (pc >> 12)) % LP_ICACHE;
+  if (lp_icache[h].pc == pc) { *ins = lp_icache[h].ins; return 1; }
+  if (!lp_read(pc - 4, ins, 4)) return 0;
+  lp_icache[h].pc = pc;
+  lp_icache[h].ins = *ins;
+  return 1;
+}
+
+static uint64_t lp_base_fpc;      /* set by lp_walk: pc of the function at BASE */
+
+static uint32_t lp_walk(uint64_t base, uint64_t *pcs, int strict)
+{
+  uint64_t fv, start = base;
+  uint32_t n = 0;
+  uint64_t link;
+  lp_cbeg = lp_cend = 0;
+  while (n < LP_DEPTH && base >= 16 && (base & 7) == 0 && lp_slot(base - 8, &link)) {
+    if ((link & 3) == 0) {              /* Lua frame: link = caller's PC */
+      uint32_t ins;
+      if (!lp_ins(link, &ins) || !lp_callop[ins & 0xff]) break;
+      pcs[n++] = link;
+      base -= (2 + ((ins >> 8) & 0xff)) * 8;
+    } else {                            /* C, continuation, vararg, pcall */
+      uint64_t delta = link & ~(uint64_t)7;
+      if ((strict && n == 0) || delta == 0 || delta > base) break;
+      base -= delta;
+    }
+  }
+  /* the frame's function slot (BASE-16, a tagged GCfunc pointer) and its
+   * GCfuncL.pc at +32: the Lua side checks it against known bytecode */
+  lp_base_fpc = 0;
+  if (n > 0 && lp_slot(start - 16, &fv)) {
+    uint64_t fn = fv & (((uint64_t)1 << 47) - 1), pc;
+    if (fn >= 0x10000 && (fn & 7) == 0 && lp_read(fn + 32, &pc, 8)) lp_base_fpc = pc;
+  }
+  return n;
+}
+
+static void lp_handler(int sig, siginfo_t *si, void *ctx)
+{
+  int saved = errno;
+  (void)sig; (void)si;
+  if (lp_on && lp_head - lp_tail < LP_SLOTS) {
+    ucontext_t *uc = ctx;
+    lp_ent *e = &lp_ring[lp_head % LP_SLOTS];
+    struct timespec ts;
+    uint32_t n;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e->time = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    e->ip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+    e->bx = (uint64_t)uc->uc_mcontext.gregs[REG_RBX];
+    e->dx = (uint64_t)uc->uc_mcontext.gregs[REG_RDX];
+    e->sp = (uint64_t)uc->uc_mcontext.gregs[REG_RSP];
+    n = lp_jb_mode == 2 ? 0 : lp_walk(e->dx, e->pcs, 0);
+    if (n == 0 && lp_jit_base && lp_jb_mode) {
+      uint64_t jb;
+      if (lp_read(lp_jit_base, &jb, 8) && jb) n = lp_walk(jb, e->pcs, 1);
+    }
+    if (n == 0 && lp_jb_mode != 2) {
+      /* rdx is not BASE (C called from a trace clobbers it): try the
+       * words near sp, where a trace keeps BASE spilled */
+      uint64_t words[48];
+      if (lp_read(e->sp, words, sizeof words)) {
+        int i, tries = 0;
+        for (i = 0; i < 48 && n == 0 && tries < 6; i++) {
+          uint64_t w = words[i];
+          if ((w & 7) || w < 0x10000 || w >= ((uint64_t)1 << 47)) continue;
+          /* once a walk has worked, only words within 16 MiB of its BASE
+           * (the Lua stacks live there) are worth a read */
+          if (lp_last_base && (w > lp_last_base + (16u << 20) || w + (16u << 20) < lp_last_base)) continue;
+          tries++;
+          {
+            /* one 8-byte read before a whole walk: the link must be a PC
+             * after a call */
+            uint64_t link;
+            uint32_t ins;
+            if (!lp_read(w - 8, &link, 8) || (link & 3) || link < 0x10000
+                || !lp_ins(link, &ins) || !lp_callop[ins & 0xff]) continue;
+          }
+          n = lp_walk(w, e->pcs, 1);   /* a guess: its first link must be Lua */
+          if (n > 0) lp_last_base = w;
+        }
+      }
+    }
+    e->n = n;
+    e->fpc = n > 0 ? lp_base_fpc : 0;
+    if (n > 0 && !lp_last_base) lp_last_base = e->dx;
+    {
+      struct timespec t2;
+      clock_gettime(CLOCK_MONOTONIC, &t2);
+      lp_ns = lp_ns + ((uint64_t)t2.tv_sec * 1000000000u + (uint64_t)t2.tv_nsec - e->time);
+    }
+    __atomic_signal_fence(__ATOMIC_RELEASE);
+    lp_head = lp_head + 1;
+  } else if (lp_on) {
+    lp_dropped = lp_dropped + 1;
+  } else {
+    lp_late = lp_late + 1;              /* queued before disarm */
+  }
+  errno = saved;
+}
+#endif
+
+/* &G->jit_base of LuaJIT 2.1 GC64, found and checked here, or 0.
+ * lua_State: glref at +16, base at +32, top at +40 (checked against this
+ * call's own arguments). global_State: cur_L, then jit_base; cur_L is the
+ * last word equal to L in the first 4 KiB (mainthref comes earlier), and
+ * jit_base is NULL while this C function runs. */
+static uint64_t lp_find_jit_base(lua_State *L)
+{
+  uint64_t lw[6], g, words[512], base, top;
+  double d;
+  int k, found = -1;
+  if (!lp_read((uint64_t)(uintptr_t)L, lw, sizeof lw)) return 0;
+  base = lw[4];
+  top = lw[5];
+  if (top < base || (top - base) / 8 != (uint64_t)lua_gettop(L)) return 0;
+  if (!lp_read(base, &d, 8) || d != (double)lua_tonumber(L, 1)) return 0;
+  g = lw[2];
+  if (!g || !lp_read(g, words, sizeof words)) return 0;
+  for (k = 0; k < 511; k++)
+    if (words[k] == (uint64_t)(uintptr_t)L && words[k + 1] == 0) found = k;
+  return found < 0 ? 0 : g + (uint64_t)(found + 1) * 8;
+}
+
+/* _private.luaprof_arm(fd, signo|nil, callops [, jit_base_mode]): signals on
+ * each sample of fd to this thread; callops is a string of the opcode bytes
+ * a return PC follows; jit_base_mode 0 never walks from G->jit_base, 1
+ * (default) when rdx is not BASE, 2 only from it (the self-test) */
+static int l_arm(lua_State *L)
+{
+#if defined(__x86_64__)
+  int fd = pe_check_int(L, 1, "fd", 0, 0x7fffffff);
+  int signo = lua_isnoneornil(L, 2) ? SIGRTMIN + 3 : pe_check_int(L, 2, "signo", 1, SIGRTMAX);
+  size_t nops, i;
+  const char *ops = luaL_checklstring(L, 3, &nops);
+  struct sigaction sa;
+  struct f_owner_ex own;
+  int fl;
+  /* a profile dropped without stop(): its event's fd is closed by now */
+  if (lp_on) {
+    uint64_t id = 0;
+    if (lp_fd < 0 || ioctl(lp_fd, PE_IOC_ID, &id) < 0 || id != lp_id) lp_on = 0;
+  }
+  if (lp_on) {
+    return pe_push_syserror(L, "luaprof_arm", "profile", EBUSY,
+                            "another profile is running on this process");
+  }
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = lp_handler;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  lp_jb_mode = lua_isnoneornil(L, 4) ? 1 : pe_check_int(L, 4, "jit_base_mode", 0, 2);
+  lp_jit_base = lp_jb_mode ? lp_find_jit_base(L) : 0;
+  memset(lp_callop, 0, sizeof lp_callop);
+  memset(lp_icache, 0, sizeof lp_icache);
+  lp_last_base = 0;
+  for (i = 0; i < nops; i++) lp_callop[(uint8_t)ops[i]] = 1;
+  lp_pid = getpid();
+  lp_head = lp_tail = lp_dropped = 0;
+  if (sigaction(signo, &sa, NULL) < 0)
+    return pe_push_syserror(L, "luaprof_arm", "sigaction", errno, NULL);
+  own.type = F_OWNER_TID;
+  own.pid = pe_current_tid();
+  fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETOWN_EX, &own) < 0 || fcntl(fd, F_SETSIG, signo) < 0
+      || fcntl(fd, F_SETFL, fl | O_ASYNC | O_NONBLOCK) < 0) {
+    int err = errno;
+    return pe_push_syserror(L, "luaprof_arm", "fcntl", err, NULL);
+  }
+  lp_fd = fd;
+  lp_id = 0;
+  if (ioctl(fd, PE_IOC_ID, &lp_id) < 0) lp_id = 0;
+  lp_on = 1;
+  lua_pushboolean(L, 1);
+  return 1;
+#else
+  return pe_push_syserror(L, "luaprof_arm", "profile", EOPNOTSUPP,
+                          "the LuaJIT stack walk is x86-64 only");
+#endif
+}
+
+/* _private.luaprof_disarm(fd): no more signals from fd; false when fd is not
+ * the armed event (then nothing changes) */
+static int l_disarm(lua_State *L)
+{
+  int fd = pe_check_int(L, 1, "fd", 0, 0x7fffffff);
+  uint64_t id = 0;
+  int fl;
+  if (!lp_on || fd != lp_fd || ioctl(fd, PE_IOC_ID, &id) < 0 || id != lp_id) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  fl = fcntl(fd, F_GETFL);
+  if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_ASYNC);
+  /* the handler stays installed, doing nothing: a signal already queued
+   * must not meet the default action (which ends the process) */
+  lp_on = 0;
+  lp_fd = -1;
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* _private.luaprof_read() -> array of {time, ip, bx, dx, sp, pcs = {...}},
+ * dropped (ring full), late (signals that came while disarmed), and the
+ * nanoseconds spent walking in the handler so far */
+static int l_read(lua_State *L)
+{
+  uint32_t head, i, k = 0;
+  __atomic_signal_fence(__ATOMIC_ACQUIRE);
+  head = lp_head;
+  lua_createtable(L, (int)(head - lp_tail), 0);
+  for (i = lp_tail; i != head; i++) {
+    const lp_ent *e = &lp_ring[i % LP_SLOTS];
+    uint32_t j;
+    lua_createtable(L, 0, 6);
+    pe_push_u64(L, e->time); lua_setfield(L, -2, "time");
+    pe_push_u64(L, e->ip); lua_setfield(L, -2, "ip");
+    pe_push_u64(L, e->bx); lua_setfield(L, -2, "bx");
+    pe_push_u64(L, e->dx); lua_setfield(L, -2, "dx");
+    pe_push_u64(L, e->sp); lua_setfield(L, -2, "sp");
+    pe_push_u64(L, e->fpc); lua_setfield(L, -2, "fpc");
+    lua_createtable(L, (int)e->n, 0);
+    for (j = 0; j < e->n; j++) {
+      pe_push_u64(L, e->pcs[j]);
+      lua_rawseti(L, -2, (int)j + 1);
+    }
+    lua_setfield(L, -2, "pcs");
+    lua_rawseti(L, -2, (int)++k);
+  }
+  __atomic_signal_fence(__ATOMIC_RELEASE);
+  lp_tail = head;
+  lua_pushinteger(L, lp_dropped);
+  lua_pushinteger(L, lp_late);
+  pe_push_u64(L, lp_ns);
+  pe_push_u64(L, lp_jit_base);
+  return 5;
+}
+
+/* the three functions go to core._private (profile.lua's hooks, not API) */
+void pe_open_luaprof(lua_State *L)
+{
+  static const luaL_Reg fns[] = {
+    {"luaprof_arm", l_arm}, {"luaprof_disarm", l_disarm}, {"luaprof_read", l_read}, {NULL, NULL}
+  };
+  pe_push_private(L, lua_gettop(L));
+  pe_setfuncs(L, fns);
+  lua_pop(L, 1);
+}

@@ -1,0 +1,846 @@
+--- perf_event.profile: Lua-level profiles of this thread from perf_event samples.
+--
+--    local p = assert(pe.profile.start{ event = "cpu-clock", freq = 999 })
+--    work()
+--    p:stop()
+--    io.write(p:folded())          -- "main@app.lua:0;alpha@app.lua:12 41\n..."
+--    for _, e in ipairs(p:top(5)) do print(e.share, e.name) end
+--
+-- A sample is resolved, at drain time, in this order (LuaJIT, x86-64 GC64):
+--
+-- 1. Its IP lies in the machine code of a trace that was live at the
+--    sample's time (CLOCK_MONOTONIC): the frame is the trace's start
+--    function and line, `trace N` kept as detail. Traces are registered
+--    through `jit.attach(cb, "trace")` and `jit.util.tracemc`, and closed on
+--    a flush, since the addresses are reused.
+-- 2. The VM's PC register (rbx, from PERF_SAMPLE_REGS_USER) points into the
+--    bytecode of a known prototype: the frame is that function and the line
+--    of the instruction being executed. Prototypes are known from
+--    `jit.attach(cb, "bc")` (loaded after start) and, at start, from the
+--    functions on the stack and in package.loaded with their nested
+--    prototypes. The registry holds references, so no address is reused
+--    while the profile lives. When the IP is outside the LuaJIT VM (libc,
+--    a C module), the C function named from its ELF symbols is the leaf.
+-- 3. Otherwise the sampled stack (PERF_SAMPLE_STACK_USER, `stack` bytes)
+--    is scanned for a return address into a live trace: that trace is the
+--    Lua caller of the C leaf. Else the C leaf alone, or `[unknown]`.
+--
+-- Above that leaf go the Lua callers, walked at sample time: every sample
+-- also signals this thread, and csrc/luaprof.c follows LuaJIT's frame links
+-- from BASE (rdx) in the handler. Only return addresses into known bytecode
+-- become frames. Stacks are root first.
+--
+-- Steps 2 and 3 rely on LuaJIT internals (GCfuncL.pc at offset 32, the
+-- prototype header size, rbx as PC). Both are checked by a self-test at the
+-- first start; when it fails, `p.mode` is `"trace"` and `p.reason` says why.
+-- PUC Lua (5.1, 5.4) gets C leaf frames only (`p.mode == "c"`).
+-- @module perf_event.profile
+
+local string, table, math, io = string, table, math, io
+local type, tonumber, tostring, pairs, ipairs, setmetatable, pcall, rawget, require, error =
+  type, tonumber, tostring, pairs, ipairs, setmetatable, pcall, rawget, require, error
+local debug = debug
+local format, byte, sub = string.format, string.byte, string.sub
+local floor = math.floor
+local concat, sort = table.concat, table.sort
+
+local jit = rawget(_G, "jit")
+local ffi, jutil, bit
+if jit then
+  ffi = require("ffi")
+  jutil = require("jit.util")
+  bit = require("bit")
+end
+
+local M = {}
+
+-- x86-64 perf register bits (asm/perf_regs.h): bx 1, dx 3, bp 6, sp 7, ip 8
+local REG_BX, REG_DX, REG_BP, REG_SP, REG_IP = 1, 3, 6, 7, 8
+local REGS_MASK = 2^REG_BX + 2^REG_DX + 2^REG_BP + 2^REG_SP + 2^REG_IP
+
+-- ---------------------------------------------------------------- clock
+
+local now
+if ffi then
+  pcall(ffi.cdef, [[
+    struct pe_prof_timespec { long tv_sec; long tv_nsec; };
+    int clock_gettime(int clk, struct pe_prof_timespec *tp);
+  ]])
+  local ts = ffi.new("struct pe_prof_timespec")
+  now = function()
+    ffi.C.clock_gettime(1, ts)   -- CLOCK_MONOTONIC, the samples' clockid
+    return tonumber(ts.tv_sec) * 1e9 + tonumber(ts.tv_nsec)
+  end
+else
+  now = function() return 0 end
+end
+
+-- ---------------------------------------------------------------- names
+
+-- the object's address: LuaJIT's "%p" (tostring says "builtin#N" for
+-- fast functions)
+local function addr_of(obj)
+  local h = format("%p", obj):match("0x(%x+)")
+  return h and tonumber(h, 16)
+end
+
+local src_lines = {}   -- path -> array of lines | false
+
+local function source_line(source, line)
+  if sub(source, 1, 1) ~= "@" then return nil end
+  local path = sub(source, 2)
+  local lines = src_lines[path]
+  if lines == nil then
+    lines = false
+    local f = io.open(path, "r")
+    if f then
+      lines = {}
+      for l in f:lines() do lines[#lines + 1] = l end
+      f:close()
+    end
+    src_lines[path] = lines
+  end
+  return lines and lines[line]
+end
+
+-- "name", from the source text of the line that defines the function
+local function guess_name(source, linedefined)
+  if linedefined == 0 then return "main" end
+  local l = source_line(source, linedefined)
+  if l then
+    local n = l:match("function%s+([%w_%.:]+)%s*%(")
+      or l:match("([%w_%.%[%]\"']+)%s*=%s*function%s*%(")
+    if n then return n end
+  end
+  return "anon"
+end
+
+local function chunk_name(source)
+  local c = source:gsub("^[@=]", "")
+  return c
+end
+
+local infos = {}   -- "source:linedefined" -> { name, chunk, linedefined, lastlinedefined }
+
+-- fi: a jit.util.funcinfo table (or a debug.getinfo one)
+local function proto_info(fi)
+  local src = fi.source or "?"
+  local key = src .. ":" .. tostring(fi.linedefined)
+  local i = infos[key]
+  if not i then
+    i = { name = guess_name(src, fi.linedefined), chunk = chunk_name(src),
+          linedefined = fi.linedefined, lastlinedefined = fi.lastlinedefined }
+    infos[key] = i
+  end
+  return i
+end
+
+local function frame_name(info, line)
+  return format("%s@%s:%d", info.name, info.chunk, line or info.linedefined)
+end
+M.frame_name = frame_name
+
+-- ---------------------------------------------------------------- LuaJIT layout
+
+local FN_PC_OFFSET = 32      -- GCfuncL.pc (GC64): GCHeader+ffid+nupvalues, env, gclist, pc
+local layout                 -- { ok, reason, proto_bc } after the first check
+
+local u64p, u32p
+if ffi then
+  u64p = function(a) return tonumber(ffi.cast("uint64_t *", ffi.cast("uintptr_t", a))[0]) end
+  u32p = function(a) return bit.tobit(ffi.cast("uint32_t *", ffi.cast("uintptr_t", a))[0]) end
+end
+
+-- the bytecode words at `lo` are those jit.util.funcbc reports for f
+local function same_bytecode(f, lo, n)
+  for i = 0, n - 1 do
+    local ins = jutil.funcbc(f, i)
+    if not ins or bit.tobit(ins) ~= u32p(lo + 4 * i) then return false end
+  end
+  return true
+end
+
+local function first_proto(f)
+  local i = -1
+  while true do
+    local k = jutil.funck(f, i)
+    if k == nil then return nil end
+    if type(k) == "proto" then return k end
+    i = i - 1
+  end
+end
+
+-- the probe: a nested function whose closure and prototype we both hold
+local function probe_outer()
+  local function probe_inner(a, b)
+    local c = a * 3 + b
+    return c - (a % 5)
+  end
+  return probe_inner
+end
+
+-- the opcodes (as a string of bytes) a return PC follows, from jit.vmdef
+local callops
+function M.callops()
+  if callops then return callops end
+  local names = require("jit.vmdef").bcnames
+  local want = { CALLM = true, CALL = true, ITERC = true, ITERN = true }
+  local t = {}
+  for i = 0, #names / 6 - 1 do
+    local n = names:sub(i * 6 + 1, i * 6 + 6):gsub(" ", "")
+    if want[n] then t[#t + 1] = string.char(i) end
+  end
+  callops = table.concat(t)
+  return callops
+end
+
+local function check_layout()
+  if layout then return layout end
+  if not ffi then layout = { ok = false, reason = "not LuaJIT" } return layout end
+  if jit.arch ~= "x64" then layout = { ok = false, reason = "arch " .. jit.arch .. " (x64 only)" } return layout end
+  if not ffi.abi("gc64") then layout = { ok = false, reason = "not a GC64 build" } return layout end
+  local inner = probe_outer()
+  local pt = first_proto(probe_outer)
+  local fa, pa = addr_of(inner), pt and addr_of(pt)
+  if not fa or not pa then layout = { ok = false, reason = "no address for the probe" } return layout end
+  local pc = u64p(fa + FN_PC_OFFSET)
+  local off = pc - pa
+  if off < 64 or off > 256 or off % 8 ~= 0 then
+    layout = { ok = false, reason = format("GCfuncL.pc at +%d gives proto+%d, not a header size", FN_PC_OFFSET, off) }
+    return layout
+  end
+  local n = jutil.funcinfo(inner).bytecodes
+  if not same_bytecode(inner, pc, n) then
+    layout = { ok = false, reason = "bytecode after the prototype header differs from jit.util.funcbc" }
+    return layout
+  end
+  local opc = u64p(addr_of(probe_outer) + FN_PC_OFFSET)
+  if not same_bytecode(probe_outer, opc, jutil.funcinfo(probe_outer).bytecodes) then
+    layout = { ok = false, reason = "GCfuncL.pc of a second function does not hold its bytecode" }
+    return layout
+  end
+  layout = { ok = true, proto_bc = off }
+  return layout
+end
+
+-- ---------------------------------------------------------------- registries
+
+local Reg = {}
+Reg.__index = Reg
+
+local function new_registry()
+  return setmetatable({ protos = {}, by_lo = {}, sorted = true,
+                        live = {}, pending = {}, dead = {}, tsorted = nil, nflush = 0 }, Reg)
+end
+
+-- registers the bytecode range [lo, lo + 4*n) of a function or prototype
+function Reg:add_bc(obj, lo)
+  if self.by_lo[lo] then return end
+  local fi = jutil.funcinfo(obj)
+  if not fi or not fi.bytecodes then return end
+  local e = { lo = lo, hi = lo + 4 * fi.bytecodes, obj = obj, info = proto_info(fi) }
+  self.by_lo[lo] = e
+  self.protos[#self.protos + 1] = e
+  self.sorted = false
+end
+
+function Reg:add_proto(pt, off)
+  local a = addr_of(pt)
+  if a then self:add_bc(pt, a + off) end
+end
+
+-- a Lua function and, recursively, the prototypes nested in it
+function Reg:add_tree(obj, off, seen)
+  if seen[obj] then return end
+  seen[obj] = true
+  if type(obj) == "function" then
+    local ok, fi = pcall(jutil.funcinfo, obj)
+    if not ok or not fi or not fi.bytecodes then return end   -- a C function
+    self:add_bc(obj, u64p(addr_of(obj) + FN_PC_OFFSET))
+  else
+    self:add_proto(obj, off)
+  end
+  local i = -1
+  while true do
+    local k = jutil.funck(obj, i)
+    if k == nil then break end
+    if type(k) == "proto" then self:add_tree(k, off, seen) end
+    i = i - 1
+  end
+end
+
+function Reg:find_bc(a)
+  local ps = self.protos
+  if not self.sorted then
+    sort(ps, function(x, y) return x.lo < y.lo end)
+    self.sorted = true
+  end
+  local lo, hi, best = 1, #ps, nil
+  while lo <= hi do
+    local mid = floor((lo + hi) / 2)
+    if ps[mid].lo <= a then best = mid; lo = mid + 1 else hi = mid - 1 end
+  end
+  local e = best and ps[best]
+  if e and a < e.hi then return e end
+  return nil
+end
+
+function Reg:trace_event(what, tr, func, pc)
+  if what == "start" then
+    self.pending[tr] = { func = func, pc = pc }
+  elseif what == "stop" then
+    local p = self.pending[tr]
+    self.pending[tr] = nil
+    local code, mc = jutil.tracemc(tr)   -- machine code (a string), its address
+    if p and mc then
+      local size = #code
+      local fi = jutil.funcinfo(p.func, p.pc)
+      local info = proto_info(jutil.funcinfo(p.func))
+      local e = { tr = tr, lo = mc, hi = mc + size, t0 = now(), info = info,
+                  line = fi.currentline or info.linedefined }
+      if self.perfmap then
+        self.perfmap:write(format("%x %x %s [trace %d]\n", mc, size, frame_name(info, e.line), tr))
+        self.perfmap:flush()
+      end
+      local old = self.live[tr]
+      if old then old.t1 = e.t0; self.dead[#self.dead + 1] = old end
+      self.live[tr] = e
+      self.tsorted = nil
+    end
+  elseif what == "abort" then
+    self.pending[tr] = nil
+  elseif what == "flush" then
+    local t = now()
+    for _, e in pairs(self.live) do e.t1 = t; self.dead[#self.dead + 1] = e end
+    self.live, self.pending, self.tsorted = {}, {}, nil
+    self.nflush = self.nflush + 1
+  end
+end
+
+-- the trace whose machine code holds address a at time t
+function Reg:find_trace(a, t)
+  local ts = self.tsorted
+  if not ts then
+    ts = {}
+    for _, e in pairs(self.live) do ts[#ts + 1] = e end
+    sort(ts, function(x, y) return x.lo < y.lo end)
+    self.tsorted = ts
+  end
+  local lo, hi, best = 1, #ts, nil
+  while lo <= hi do
+    local mid = floor((lo + hi) / 2)
+    if ts[mid].lo <= a then best = mid; lo = mid + 1 else hi = mid - 1 end
+  end
+  local e = best and ts[best]
+  if e and a < e.hi and (not t or t >= e.t0) then return e end
+  if t then
+    for _, d in ipairs(self.dead) do
+      if a >= d.lo and a < d.hi and t >= d.t0 and t < d.t1 then return d end
+    end
+  end
+  return nil
+end
+
+-- ---------------------------------------------------------------- self-test of rbx
+
+local regs_check   -- { ok, reason, samples, hits } after the first run
+
+local function selftest_spin(n)
+  local s = 0
+  for i = 1, n do
+    s = s + (i % 7) * 3
+    s = s - (i % 5)
+  end
+  return s
+end
+
+-- its caller, on one line: the walk from a sample in selftest_spin must
+-- give a return address into this function at this line
+local function selftest_caller(n) return selftest_spin(n) + 0 end
+
+-- a compiled loop and its one-line caller: with the walk from G->jit_base
+-- alone, samples in the loop's trace must name the caller at its line
+local function selftest_jspin(n)
+  local s = 0
+  for i = 1, n do s = s + (i % 7) end
+  return s
+end
+local function selftest_jcaller(n) return selftest_jspin(n) + 0 end
+
+local function check_jit_base(pe)
+  local LP = pe.core._private
+  local ev = pe.open({ event = "cpu-clock", sample_period = 100000, sample_type = "ip",
+                       exclude_kernel = true, exclude_hv = true, wakeup_events = 1 }, { pages = 16 })
+  if not ev then return { ok = false, reason = "cannot sample" } end
+  jit.on(selftest_jspin)
+  selftest_jcaller(1000)                 -- compiled before the samples
+  local armed, aerr = LP.luaprof_arm(ev:fd(), nil, M.callops(), 2)
+  if not armed then ev:close() return { ok = false, reason = tostring(aerr) } end
+  local jb = select(5, LP.luaprof_read())
+  local t0 = os.clock()
+  ev:enable()
+  repeat selftest_jcaller(200000) until os.clock() - t0 > 0.03
+  ev:disable()
+  LP.luaprof_disarm(ev:fd())
+  local sigs = LP.luaprof_read()
+  ev:close()
+  if not jb or tonumber(jb) == 0 then return { ok = false, reason = "G->jit_base not found next to G->cur_L" } end
+  local clo = u64p(addr_of(selftest_jcaller) + FN_PC_OFFSET)
+  local chi = clo + 4 * jutil.funcinfo(selftest_jcaller).bytecodes
+  local want = debug.getinfo(selftest_jcaller, "S").linedefined
+  local good = 0
+  for _, g in ipairs(sigs) do
+    local pc = g.pcs[1] and tonumber(g.pcs[1])
+    if pc and pc - 4 >= clo and pc - 4 < chi
+      and jutil.funcinfo(selftest_jcaller, (pc - clo) / 4 - 1).currentline == want then
+      good = good + 1
+    end
+  end
+  if #sigs < 10 or good < 0.8 * #sigs then
+    return { ok = false, samples = #sigs, hits = good,
+             reason = format("the walk from G->jit_base found the caller at debug.getinfo's line in %d of %d",
+                             good, #sigs) }
+  end
+  return { ok = true, samples = #sigs, hits = good }
+end
+
+local function check_walk(lo, hi, sigs)
+  local clo = u64p(addr_of(selftest_caller) + FN_PC_OFFSET)
+  local chi = clo + 4 * jutil.funcinfo(selftest_caller).bytecodes
+  local want = debug.getinfo(selftest_caller, "S").linedefined
+  local n, good = 0, 0
+  for _, g in ipairs(sigs) do
+    local bx = tonumber(g.bx)
+    if bx >= lo + 4 and bx < hi + 4 then
+      n = n + 1
+      local pc = g.pcs[1] and tonumber(g.pcs[1])
+      if pc and pc - 4 >= clo and pc - 4 < chi
+        and jutil.funcinfo(selftest_caller, (pc - clo) / 4 - 1).currentline == want then
+        good = good + 1
+      end
+    end
+  end
+  if n < 10 then return { ok = false, reason = format("only %d signals in the frame-walk self-test", n) } end
+  if good < 0.9 * n then
+    return { ok = false, samples = n, hits = good,
+             reason = format("the walk from rdx found the caller at debug.getinfo's line in %d of %d samples",
+                             good, n) }
+  end
+  return { ok = true, samples = n, hits = good }
+end
+
+local function check_regs(pe)
+  if regs_check then return regs_check end
+  local LP = pe.core._private
+  local walk = LP.luaprof_arm ~= nil
+  local ev, err = pe.open({ event = "cpu-clock", sample_period = 100000, sample_type = "ip|regs_user",
+                            sample_regs_user = REGS_MASK, exclude_kernel = true, exclude_hv = true,
+                            wakeup_events = walk and 1 or nil },
+                          { pages = 16 })
+  if not ev then regs_check = { ok = false, reason = "cannot sample: " .. tostring(err) } return regs_check end
+  jit.off(selftest_spin)
+  jit.off(selftest_caller)
+  local lo = u64p(addr_of(selftest_spin) + FN_PC_OFFSET)
+  local hi = lo + 4 * jutil.funcinfo(selftest_spin).bytecodes
+  local active = debug.getinfo(selftest_spin, "L").activelines
+  local n, hits, badline = 0, 0, 0
+  local armed, aerr = false, "no luaprof in the core"
+  if walk then armed, aerr = LP.luaprof_arm(ev:fd(), nil, M.callops()) end
+  local t0 = os.clock()
+  ev:enable()
+  repeat
+    selftest_caller(200000)
+  until os.clock() - t0 > 0.03
+  ev:disable()
+  local walk_check = { ok = false, reason = tostring(aerr) }
+  if armed then
+    LP.luaprof_disarm(ev:fd())
+    walk_check = check_walk(lo, hi, (LP.luaprof_read()))
+  end
+  -- only samples in LuaJIT's own code count: under ASan, or at this rate,
+  -- some land in the signal handler or libc, where rbx is not the PC
+  local sym = pe.symbols.new({ kernel = false })
+  sym:load_maps("self")
+  for rec in ev:records() do
+    local _, _, module = sym:lookup(rec.ip)
+    if rec.type == "sample" and rec.regs_user and rec.regs_user.bx and module and module:find("luajit", 1, true) then
+      n = n + 1
+      local bx = tonumber(rec.regs_user.bx)
+      if bx >= lo + 4 and bx < hi + 4 then
+        hits = hits + 1
+        local line = jutil.funcinfo(selftest_spin, (bx - lo) / 4 - 1).currentline
+        if not active[line] then badline = badline + 1 end
+      end
+    end
+  end
+  ev:close()
+  if n < 10 then
+    regs_check = { ok = false, reason = format("only %d samples in the rbx self-test", n), samples = n, hits = hits }
+  elseif hits < 0.9 * n or badline > 0 then
+    regs_check = { ok = false, samples = n, hits = hits,
+                   reason = format("rbx held the interpreter's PC in %d of %d samples, %d off debug.getinfo's lines",
+                                   hits, n, badline) }
+  else
+    regs_check = { ok = true, samples = n, hits = hits }
+  end
+  regs_check.walk = walk_check
+  regs_check.jit_base = walk_check.ok and check_jit_base(pe) or { ok = false, reason = "no walk" }
+  return regs_check
+end
+
+-- ---------------------------------------------------------------- profile
+
+local Profile = {}
+Profile.__index = Profile
+Profile.__name = "perf_event.profile"
+
+function Profile:__tostring()
+  return format("perf_event.profile(%s, %s, %d samples%s)", self.event, self.mode, self.nsamples,
+                self.running and ", running" or "")
+end
+
+local function pe_module()
+  return require("perf_event")
+end
+
+local function le_u64(s, o)
+  local a, b, c, d, e, f, g, h = byte(s, o + 1, o + 8)
+  return a + b * 256 + c * 65536 + d * 16777216 + (e + f * 256 + g * 65536 + h * 16777216) * 4294967296
+end
+
+--- Starts sampling this thread.
+-- @tparam[opt] table opts `event` ("cpu-clock"), `freq` (999 Hz) or
+--   `period` (in event units), `pages` (ring pages, a power of two; 512, or 64 when
+--   2 MiB cannot be locked),
+--   `stack` (bytes of user stack per sample scanned for a trace caller,
+--   256; 0 disables), `stacks` (false: no signal-time walk of the Lua
+--   callers, leaf frames only), `lua` (false: C leaf frames only), `perfmap`
+--   (true: append each trace to /tmp/perf-PID.map for the perf tool)
+-- @treturn[1] table the profile
+-- @treturn[2] nil
+-- @treturn[2] string why the event could not be opened
+function M.start(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error("profile.start: opts must be a table", 2) end
+  local pe = pe_module()
+  local p = setmetatable({ event = opts.event or "cpu-clock", nsamples = 0, lost = 0,
+                           stacks = false, running = false, samples = {} }, Profile)
+  local mode, reason = "c", "not LuaJIT"
+  if jit and opts.lua ~= false then
+    local lay = check_layout()
+    if lay.ok then
+      local rc = check_regs(pe)
+      if rc.ok then mode, reason = "full", nil
+      else mode, reason = "trace", rc.reason end
+    else
+      mode, reason = "trace", lay.reason
+    end
+    p.layout = lay
+  elseif opts.lua == false then
+    reason = "lua=false"
+  end
+  p.mode, p.reason = mode, reason
+  local stack = opts.stack or 256
+  local st = "ip|tid|time"
+  local spec = { event = p.event, exclude_kernel = true, exclude_hv = true,
+                 use_clockid = true, clockid = "monotonic" }
+  if mode == "full" then
+    st = st .. "|regs_user"
+    spec.sample_regs_user = REGS_MASK
+  end
+  if jit and mode ~= "c" and stack > 0 then
+    st = st .. "|stack_user"
+    spec.sample_stack_user = stack
+  end
+  spec.sample_type = st
+  local LP = pe.core._private
+  if mode == "full" and opts.stacks ~= false and LP.luaprof_arm then
+    spec.wakeup_events = 1     -- a wakeup, so a signal, for every sample
+    p.stacks = true
+  end
+  if opts.period then spec.sample_period = opts.period
+  else spec.freq = true; spec.sample_freq = opts.freq or 999 end
+  local ev, err = pe.open(spec, { pages = opts.pages or 512 })
+  if not ev and not opts.pages then
+    -- 2 MiB is over the unprivileged mlock budget (perf_event_mlock_kb)
+    ev, err = pe.open(spec, { pages = 64 })
+  end
+  if not ev then return nil, err end
+  p.ev = ev
+  if jit and mode ~= "c" then
+    local reg = new_registry()
+    p.reg = reg
+    if mode == "full" then
+      local off, seen = layout.proto_bc, {}
+      for level = 2, 200 do
+        local i = debug.getinfo(level, "f")
+        if not i then break end
+        if i.func then reg:add_tree(i.func, off, seen) end
+      end
+      for _, m in pairs(package.loaded) do
+        if type(m) == "table" then
+          for _, v in pairs(m) do
+            if type(v) == "function" then reg:add_tree(v, off, seen) end
+          end
+        elseif type(m) == "function" then
+          reg:add_tree(m, off, seen)
+        end
+      end
+      p.bc_cb = function(pt) reg:add_tree(pt, off, seen) end
+      jit.attach(p.bc_cb, "bc")
+    end
+    if opts.perfmap then
+      -- the runtime perf map the perf tool reads for JIT code: /tmp/perf-PID.map
+      local f = io.open("/proc/self/stat", "r")
+      local pid = f and f:read("*l"):match("^(%d+)")
+      if f then f:close() end
+      p.perfmap_path = format("/tmp/perf-%s.map", pid or "self")
+      reg.perfmap = io.open(p.perfmap_path, "a")
+    end
+    -- traces compiled before start are unknown to the registry: start clean
+    jit.flush()
+    p.trace_cb = function(what, tr, func, pc) reg:trace_event(what, tr, func, pc) end
+    jit.attach(p.trace_cb, "trace")
+  end
+  if p.stacks and not regs_check.walk.ok then
+    p.stacks, p.stacks_reason = false, regs_check.walk.reason
+  end
+  if p.stacks then
+    local ok, aerr = LP.luaprof_arm(ev:fd(), nil, M.callops(), regs_check.jit_base.ok and 1 or 0)
+    if not ok then p.stacks = false; p.stacks_reason = aerr end
+    p.jit_base = regs_check.jit_base
+    p.walk_ns0 = tonumber((select(4, LP.luaprof_read())))
+  end
+  p.running = true
+  local ok, e2 = ev:enable()
+  if not ok and e2 then p:stop() return nil, e2 end
+  return p
+end
+
+-- the Lua callers from a sample-time frame walk, root first: each PC is a
+-- return address into a known prototype; the walk stops at the first one
+-- that is not (a C boundary, or not a frame at all)
+local function callers(reg, sig)
+  local out = {}
+  local bx = tonumber(sig.bx)
+  for i, v in ipairs(sig.pcs) do
+    local pc = tonumber(v)
+    -- returning from a fast function, rbx is already the caller's PC while
+    -- rdx is still the callee's BASE: the first link repeats the leaf
+    if i == 1 and pc == bx then pc = nil end
+    local e = pc and reg:find_bc(pc - 4)
+    if not e and (i > 1 or pc) then break end
+    if e then
+      local fi = jutil.funcinfo(e.obj, (pc - e.lo) / 4 - 1)
+      out[#out + 1] = { lua = e.info, line = fi and fi.currentline or e.info.linedefined, walked = true }
+    end
+  end
+  local n = #out
+  for i = 1, floor(n / 2) do out[i], out[n - i + 1] = out[n - i + 1], out[i] end
+  -- the function whose frame the walk started from (its line is not known
+  -- from the walk: the function's first line stands for it)
+  local fpc = n > 0 and tonumber(sig.fpc)
+  local fe = fpc and fpc ~= 0 and reg.by_lo[fpc]
+  if fe then out[#out + 1] = { lua = fe.info, line = fe.info.linedefined, walked = true, base = true } end
+  return out
+end
+
+function Profile:_resolve(rec, sig)
+  local leaf = self:_leaf(rec)
+  if not sig or not self.reg then return leaf end
+  local up = callers(self.reg, sig)
+  if #up == 0 then return leaf end
+  -- the leaf's own Lua frame, when it is the same function, replaces the
+  -- walk's base function (a different one was inlined into its trace)
+  local last = up[#up]
+  if last.base and leaf[1].lua and leaf[1].lua == last.lua then up[#up] = nil end
+  for _, f in ipairs(leaf) do up[#up + 1] = f end
+  up.nleaf = #leaf
+  return up
+end
+
+function Profile:_leaf(rec)
+  local reg, sym = self.reg, self.sym
+  local ip = tonumber(rec.ip)
+  local frames = {}
+  local tr = reg and reg:find_trace(ip, tonumber(rec.time))
+  if tr then
+    frames[1] = { lua = tr.info, line = tr.line, trace = tr.tr }
+    return frames
+  end
+  local lua
+  if reg and rec.regs_user and rec.regs_user.bx then
+    local bx = tonumber(rec.regs_user.bx)
+    local e = bx and reg:find_bc(bx - 4)
+    if e then
+      local pos = (bx - e.lo) / 4 - 1
+      local fi = jutil.funcinfo(e.obj, pos)
+      lua = { lua = e.info, line = fi and fi.currentline or e.info.linedefined }
+    end
+  end
+  if not lua and reg and rec.stack_user and rec.stack_user.data then
+    local data = rec.stack_user.data
+    local n = tonumber(rec.stack_user.dyn_size) or #data
+    if n > #data then n = #data end
+    for o = 0, n - 8, 8 do
+      local w = le_u64(data, o)
+      local t = reg:find_trace(w, tonumber(rec.time))
+      if t then lua = { lua = t.info, line = t.line, trace = t.tr, caller = true } break end
+    end
+  end
+  local name, _, module = sym:lookup(ip)
+  local vm = module and module:find("luajit", 1, true) and (name:find("+0x", 1, true)
+    or name:find("^lj_BC_") or name:find("^lj_vm_"))
+  if lua then frames[1] = lua end
+  if not (lua and vm) then
+    -- a stripped library: the module stands for its unnamed addresses
+    if module and name:find("+0x", 1, true) then name = "[" .. module .. "]" end
+    frames[#frames + 1] = { c = name }
+  end
+  return frames
+end
+
+--- Reads the samples in the ring and adds them to the profile.
+-- Called by `stop`; call it now and then in a long run so the ring does
+-- not overflow (`p.lost` counts what did).
+function Profile:drain()
+  if not self.ev then return self end
+  if not self.sym then
+    self.sym = pe_module().symbols.new({ kernel = false })
+  end
+  self.sym:load_maps("self")
+  local samples = self.samples
+  local sigs, si = nil, 1
+  if self.stacks then
+    local dropped, _, ns
+    sigs, dropped, _, ns = pe_module().core._private.luaprof_read()
+    self.sig_dropped = tonumber(dropped)
+    self.walk_ns = tonumber(ns) - (self.walk_ns0 or 0)
+    self.nsigs = (self.nsigs or 0) + #sigs
+  end
+  for rec in self.ev:records() do
+    if rec.type == "sample" then
+      self.nsamples = self.nsamples + 1
+      -- the signal for this sample: the next one at the same user ip, taken
+      -- after the sample and within 10 ms of it
+      local sig
+      if sigs then
+        local ip, t = tonumber(rec.ip), tonumber(rec.time)
+        for j = si, math.min(si + 3, #sigs) do
+          local g = sigs[j]
+          local gt = tonumber(g.time)
+          if tonumber(g.ip) == ip and gt >= t and gt - t < 1e7 then sig = g; si = j + 1 break end
+        end
+      end
+      samples[#samples + 1] = self:_resolve(rec, sig)
+    elseif rec.type == "lost" or rec.type == "lost_samples" then
+      self.lost = self.lost + (tonumber(rec.lost) or 0)
+    end
+  end
+  return self
+end
+
+--- Stops sampling, detaches the JIT callbacks and reads the last samples.
+-- Idempotent. @treturn table the profile
+function Profile:stop()
+  if not self.running then return self end
+  self.running = false
+  local open = pcall(self.ev.fd, self.ev)   -- closed behind our back?
+  if open then self.ev:disable() end
+  if self.stacks and open then pe_module().core._private.luaprof_disarm(self.ev:fd()) end
+  if self.trace_cb then jit.attach(self.trace_cb) self.trace_cb = nil end
+  if self.bc_cb then jit.attach(self.bc_cb) self.bc_cb = nil end
+  if self.reg and self.reg.perfmap then self.reg.perfmap:close() self.reg.perfmap = nil end
+  if open then
+    self:drain()
+    self.ev:close()
+  end
+  self.ev = nil
+  return self
+end
+Profile.__gc = Profile.stop
+Profile.__close = Profile.stop
+
+local function frame_text(f, lines)
+  if f.c then return f.c end
+  return frame_name(f.lua, lines and f.line or nil)
+end
+
+--- Folded stacks, root first, one "a;b;c N" line per distinct stack,
+-- sorted by count (most first).
+-- @tparam[opt] table opts `lines=false` names Lua frames by the line that
+--   defines the function instead of the sampled line; `traces=true`
+--   appends `[trace N]` to frames attributed through a trace
+-- @treturn string
+function Profile:folded(opts)
+  opts = opts or {}
+  local lines = opts.lines ~= false
+  local counts, order = {}, {}
+  for _, frames in ipairs(self.samples) do
+    local parts = {}
+    for i, f in ipairs(frames) do
+      local t = frame_text(f, lines)
+      if opts.traces and f.trace then t = t .. " [trace " .. f.trace .. "]" end
+      parts[i] = t
+    end
+    local k = concat(parts, ";")
+    if not counts[k] then counts[k] = 0; order[#order + 1] = k end
+    counts[k] = counts[k] + 1
+  end
+  sort(order, function(a, b) if counts[a] ~= counts[b] then return counts[a] > counts[b] end return a < b end)
+  local out = {}
+  for i, k in ipairs(order) do out[i] = k .. " " .. counts[k] end
+  return concat(out, "\n") .. (#out > 0 and "\n" or "")
+end
+
+--- The hottest functions: each sample counts for its innermost Lua
+-- function (C leaves under a known Lua caller count for the caller), or
+-- for its C leaf when no Lua frame is known.
+-- @tparam[opt] number n how many (all)
+-- @tparam[opt] table opts `by="leaf"` counts the leaf frame instead;
+--   `lines=true` keeps the sampled line in the name
+-- @treturn table array of `{name=, count=, share=}` (share in percent),
+--   most first
+function Profile:top(n, opts)
+  opts = opts or {}
+  local counts, total = {}, 0
+  for _, frames in ipairs(self.samples) do
+    local f = frames[#frames]
+    if opts.by ~= "leaf" then
+      for i = #frames, 1, -1 do if frames[i].lua then f = frames[i] break end end
+    end
+    local k = frame_text(f, opts.lines)
+    counts[k] = (counts[k] or 0) + 1
+    total = total + 1
+  end
+  local out = {}
+  for k, c in pairs(counts) do out[#out + 1] = { name = k, count = c, share = 100 * c / total } end
+  sort(out, function(a, b) if a.count ~= b.count then return a.count > b.count end return a.name < b.name end)
+  if n and #out > n then for i = #out, n + 1, -1 do out[i] = nil end end
+  return out
+end
+
+--- How many samples went each way: `trace`, `interp` (PC register),
+-- `caller` (C leaf under a trace found on the stack), `c` (C leaf alone).
+function Profile:kinds()
+  local k = { trace = 0, interp = 0, caller = 0, c = 0 }
+  for _, frames in ipairs(self.samples) do
+    local f = frames[#frames - (frames.nleaf or #frames) + 1]
+    if f.trace and not f.caller then k.trace = k.trace + 1
+    elseif f.caller then k.caller = k.caller + 1
+    elseif f.lua then k.interp = k.interp + 1
+    else k.c = k.c + 1 end
+  end
+  return k
+end
+
+--- The self-test results: layout and register checks (LuaJIT only).
+function M.selftest()
+  if not jit then return { ok = false, reason = "not LuaJIT" } end
+  local lay = check_layout()
+  if not lay.ok then return { ok = false, reason = lay.reason, layout = lay } end
+  local rc = check_regs(pe_module())
+  return { ok = rc.ok, reason = rc.reason, layout = lay, regs = rc }
+end
+
+return M
