@@ -50,7 +50,7 @@ substring or a glob ('sched:*', '*faults'), or one of perf list's classes: hw
 (hardware), sw (software), cache (hwcache), tracepoint, pmu.
 ]],
   record = [[
-usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g] [-p PID] [-o FILE] [-- CMD ARGS...]
+usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g] [-p PID] [-o FILE] [--folded] [-- CMD ARGS...]
 
   -e, --event EVENT   what triggers a sample (default: cpu-clock)
   -F, --freq HZ       samples per second (default 999)
@@ -59,9 +59,12 @@ usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g] [-p PID] [-o FILE] [--
                       sampled function is written
   -p, --pid PID       sample an existing process until it exits or Ctrl-C
                       (or as long as CMD runs)
-  -o, --output FILE   folded stacks go to FILE (default perf.folded; '-' = stdout)
+  -o, --output FILE   folded stacks go to FILE (default perf.folded; '-' = stdout);
+                      a FILE ending in .data gets perf.data instead, which
+                      'perf report -i FILE' and 'perf script -i FILE' read
+      --folded        folded stacks even when FILE ends in .data
 
-Writes one line per distinct stack, root first: 'comm;main;caller;callee N'.
+Folded output: one line per distinct stack, root first: 'comm;main;caller;callee N'.
 User addresses are named from the ELF symbol tables (.symtab/.dynsym) of the
 mapped files, kernel ones from /proc/kallsyms; others print as 'lib.so+0xoff'
 or [unknown].
@@ -363,7 +366,7 @@ function M.record(argv)
   local o = parse_args("record", argv, {
     short = { e = "event", F = "freq", c = "count", g = "call-graph", p = "pid", o = "output", h = "help" },
     takes = { event = true, freq = true, count = true, pid = true, output = true },
-    flags = { ["call-graph"] = true, help = true },
+    flags = { ["call-graph"] = true, help = true, folded = true },
   })
   if o.help then io.stdout:write(USAGE.record) return 0 end
   if #o.events > 1 then usage_error("record", "record takes one -e EVENT") end
@@ -429,12 +432,37 @@ function M.record(argv)
     evs[#evs + 1] = ev
   end
 
+  local path = o.output or "perf.folded"
+  -- perf.data for a .data file unless --folded (perf_event.perfdata)
+  local pdata
+  if path:find("%.data$") and not o.folded then
+    local argv0 = { "luaperf", "record" }
+    for _, a in ipairs(argv) do argv0[#argv0 + 1] = a end
+    pdata, err = require("perf_event.perfdata").create(path, { { ev = evs[1], evs = evs, name = specs[1].name } },
+                                                       { cmdline = argv0 })
+    if not pdata then
+      for _, e in ipairs(evs) do e:close() end
+      if child then child:kill() child:wait() end
+      io.stderr:write("luaperf record: ", tostring(err), "\n")
+      return 1
+    end
+  end
+
   local sym = require("perf_event.symbols").new()
   if pid then sym:load_maps(pid) end
   local folder = M.folder(sym)
   local seen_pid = {}
   local function drain()
     local batch = {}
+    if pdata then
+      local records = require("perf_event.perfdata").records
+      for _, ev in ipairs(evs) do
+        for raw, rec in records(ev) do rec.raw_bytes = raw batch[#batch + 1] = rec end
+      end
+      table.sort(batch, function(a, b) return time_of(a) < time_of(b) end)
+      for _, rec in ipairs(batch) do pdata:add(rec.raw_bytes, rec) end
+      return
+    end
     for _, ev in ipairs(evs) do
       for rec in ev:records() do batch[#batch + 1] = rec end
     end
@@ -479,7 +507,14 @@ function M.record(argv)
   local lost = 0
   for _, ev in ipairs(evs) do lost = lost + (tonumber((ev:lost())) or 0) ev:close() end
 
-  local path = o.output or "perf.folded"
+  if pdata then
+    local ok, werr = pdata:close()
+    if not ok then io.stderr:write("luaperf record: ", tostring(werr), "\n") return 1 end
+    io.stderr:write(format("[ luaperf record: %d samples%s written to %s (perf.data) ]\n", pdata.samples,
+                           lost > 0 and format(", %d records lost", lost) or "", path))
+    if child and (status == "exited" or status == "signaled") then return exit_code(status, code) end
+    return 0
+  end
   local out = path == "-" and io.stdout or io.open(path, "w")
   if not out then io.stderr:write("luaperf record: cannot write ", path, "\n") return 1 end
   local lines = folder.lines()
