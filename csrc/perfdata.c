@@ -14,6 +14,12 @@
  *                             holding every nonzero byte, attr.size set to
  *                             it, so a perf built against an older header
  *                             reads it (perf 6.1 refuses a larger size)
+ *   pd_synth(pid, sample_type, sample_id_all)
+ *                          -> the records perf record synthesizes for a
+ *                             running process: a COMM per thread of
+ *                             /proc/PID/task and an MMAP2 per executable
+ *                             mapping of /proc/PID/maps (a list of strings;
+ *                             sample_id trailers zero but for pid/tid)
  *   pd_build_id(path)      -> the GNU build-id note of an ELF file (or of
  *                             a notes file such as /sys/kernel/notes) as
  *                             raw bytes, or nil when it has none
@@ -22,7 +28,11 @@
  */
 #define _GNU_SOURCE
 #include <elf.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/sysmacros.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -90,6 +100,123 @@ static int l_pd_pack(lua_State *L)
     luaL_addlstring(&b, out, (size_t)size);
   }
   luaL_pushresult(&b);
+  return 1;
+}
+
+/* appends the sample_id trailer (zeros but for pid/tid) to b */
+static void add_trailer(luaL_Buffer *b, uint64_t st, int sid_all, uint32_t pid, uint32_t tid)
+{
+  static const uint64_t zero_after[] = { PE_SAMPLE_TIME, PE_SAMPLE_ID, PE_SAMPLE_STREAM_ID,
+                                         PE_SAMPLE_CPU, PE_SAMPLE_IDENTIFIER };
+  uint64_t z = 0;
+  size_t i;
+  if (!sid_all) return;
+  if (st & PE_SAMPLE_TID) {
+    luaL_addlstring(b, (const char *)&pid, 4);
+    luaL_addlstring(b, (const char *)&tid, 4);
+  }
+  for (i = 0; i < sizeof zero_after / sizeof zero_after[0]; i++)
+    if (st & zero_after[i]) luaL_addlstring(b, (const char *)&z, 8);
+}
+
+static size_t trailer_size(uint64_t st, int sid_all)
+{
+  size_t n = 0;
+  if (!sid_all) return 0;
+  if (st & PE_SAMPLE_TID) n += 8;
+  if (st & PE_SAMPLE_TIME) n += 8;
+  if (st & PE_SAMPLE_ID) n += 8;
+  if (st & PE_SAMPLE_STREAM_ID) n += 8;
+  if (st & PE_SAMPLE_CPU) n += 8;
+  if (st & PE_SAMPLE_IDENTIFIER) n += 8;
+  return n;
+}
+
+/* pushes one record: header, the fixed body, a NUL-padded string (to 8) */
+static void push_rec(lua_State *L, uint32_t type, uint16_t misc, const void *body, size_t blen,
+                     const char *str, uint64_t st, int sid_all, uint32_t pid, uint32_t tid)
+{
+  luaL_Buffer b;
+  struct pe_event_header h;
+  size_t slen = strlen(str) + 1, pad = (8 - slen % 8) % 8;
+  static const char zeros[8];
+  h.type = type;
+  h.misc = misc;
+  h.size = (uint16_t)(sizeof h + blen + slen + pad + trailer_size(st, sid_all));
+  luaL_buffinit(L, &b);
+  luaL_addlstring(&b, (const char *)&h, sizeof h);
+  luaL_addlstring(&b, (const char *)body, blen);
+  luaL_addlstring(&b, str, slen);
+  luaL_addlstring(&b, zeros, pad);
+  add_trailer(&b, st, sid_all, pid, tid);
+  luaL_pushresult(&b);
+}
+
+static int l_pd_synth(lua_State *L)
+{
+  int pid = pe_check_int(L, 1, "pd_synth pid", 1, 0x7fffffff);
+  uint64_t st = pe_check_u64(L, 2);
+  int sid_all = lua_toboolean(L, 3);
+  char path[64], line[4352];
+  DIR *d;
+  FILE *f;
+  struct dirent *de;
+  int n = 0;
+  lua_newtable(L);
+  snprintf(path, sizeof path, "/proc/%d/task", pid);
+  d = opendir(path);
+  if (!d) return 1;
+  while ((de = readdir(d)) != NULL) {
+    int tid = atoi(de->d_name);
+    char comm[32] = "";
+    uint32_t body[2];
+    if (tid <= 0) continue;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/comm", pid, tid);
+    f = fopen(path, "re");
+    if (!f) continue;
+    if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
+    fclose(f);
+    body[0] = (uint32_t)pid;
+    body[1] = (uint32_t)tid;
+    push_rec(L, PE_RECORD_COMM, 0, body, sizeof body, comm, st, sid_all, body[0], body[1]);
+    lua_rawseti(L, -2, ++n);
+  }
+  closedir(d);
+  snprintf(path, sizeof path, "/proc/%d/maps", pid);
+  f = fopen(path, "re");
+  if (!f) return 1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long long start, end, pgoff, ino;
+    unsigned maj, min;
+    char perms[8];
+    int name_at = 0;
+    struct {
+      uint32_t pid, tid;
+      uint64_t addr, len, pgoff;
+      uint32_t maj, min;
+      uint64_t ino, ino_gen;
+      uint32_t prot, flags;
+    } m;
+    line[strcspn(line, "\n")] = 0;
+    if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu %n", &start, &end, perms, &pgoff, &maj, &min,
+               &ino, &name_at) < 7 || name_at == 0)
+      continue;
+    if (perms[2] != 'x' || (line[name_at] != '/' && line[name_at] != '[')) continue;
+    memset(&m, 0, sizeof m);
+    m.pid = m.tid = (uint32_t)pid;
+    m.addr = start;
+    m.len = end - start;
+    m.pgoff = pgoff;
+    m.maj = maj;
+    m.min = min;
+    m.ino = ino;
+    m.prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) | PROT_EXEC;
+    m.flags = perms[3] == 's' ? MAP_SHARED : MAP_PRIVATE;
+    push_rec(L, PE_RECORD_MMAP2, PE_RECORD_MISC_USER, &m, sizeof m, line + name_at, st, sid_all,
+             m.pid, m.tid);
+    lua_rawseti(L, -2, ++n);
+  }
+  fclose(f);
   return 1;
 }
 
@@ -164,6 +291,8 @@ void pe_open_perfdata(lua_State *L)
   lua_setfield(L, -2, "pd_pack");
   lua_pushcfunction(L, l_pd_attr);
   lua_setfield(L, -2, "pd_attr");
+  lua_pushcfunction(L, l_pd_synth);
+  lua_setfield(L, -2, "pd_synth");
   lua_pushcfunction(L, l_pd_build_id);
   lua_setfield(L, -2, "pd_build_id");
   lua_pop(L, 1);

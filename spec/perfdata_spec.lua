@@ -193,6 +193,67 @@ describe("luaperf record -o FILE.data", function()
     end
   end)
 
+  it("kernel samples: perf names them through our [kernel.kallsyms] MMAP, as our symbolizer does", function()
+    U.need_kernel()
+    if not have_perf then U.pending("perf is not installed") end
+    local out, rc = luaperf("record -c 100000 -o " .. tmp .. " -- build/test/petarget getppid 1000000")
+    assert.equal(0, rc, out)
+    local p = parse(tmp)
+    local ours = samples(p)
+    local rows = perf_script(tmp)
+    same_samples(ours, rows)
+    local sym = require("perf_event.symbols").new()
+    local kernel, same, names, addr, bad = 0, 0, {}, {}, {}
+    for l in io.lines("/proc/kallsyms") do
+      local a, name = l:match("^(%x+) [Tt] ([%w_.]+)$")
+      if a then addr[name] = a end
+    end
+    for i, row in ipairs(rows) do
+      if row.dso == "[kernel.kallsyms]" then
+        kernel = kernel + 1
+        names[row.sym] = true
+        local n = sym:name(ours[i].ip, ours[i].pid)
+        -- an alias at the same address (__x64_sys_getppid = __do_sys_getppid) is the same name
+        if n == row.sym or (addr[n] and addr[n] == addr[row.sym]) then same = same + 1
+        else bad[#bad + 1] = row.sym .. "/" .. tostring(n) end
+      end
+    end
+    assert.truthy(kernel > 0, "no kernel sample")
+    assert.truthy(names.__x64_sys_getppid, "perf named no sample __x64_sys_getppid")
+    assert.truthy(same >= kernel * 0.9, same .. " of " .. kernel .. " kernel names agree: " ..
+                  table.concat(bad, " ", 1, math.min(#bad, 10)))
+  end)
+
+  it("-p PID: the threads and mappings of a running process come from /proc, perf names its code", function()
+    if not have_perf then U.pending("perf is not installed") end
+    local pidfile = os.tmpname()
+    os.execute("build/test/petarget spin 3000000000 >/dev/null & echo $! > " .. pidfile)
+    local target = tonumber(slurp(pidfile))
+    os.remove(pidfile)
+    os.execute("sleep 0.2")
+    local out, rc = luaperf("record -c 1000000 -o " .. tmp .. " -p " .. target .. " -- sleep 0.5")
+    os.execute("kill " .. target)
+    assert.equal(0, rc, out)
+    local p = parse(tmp)
+    local comm, mapped
+    for _, r in ipairs(p.recs) do
+      if r.type == "comm" and r.pid == target and r.tid == target then comm = r.comm end
+      if r.type == "mmap2" and r.pid == target and r.filename:find("libpetarget.so", 1, true) then mapped = r end
+    end
+    assert.equal("petarget", comm)
+    assert.truthy(mapped, "no MMAP2 of libpetarget.so")
+    local ours = samples(p)
+    assert.truthy(#ours > 50, #ours .. " samples")
+    local rows = perf_script(tmp)
+    same_samples(ours, rows)
+    local inner = 0
+    for _, row in ipairs(rows) do
+      assert.equal(target, row.pid)
+      if row.sym == "pet_spin_inner" and row.dso:find("libpetarget.so", 1, true) then inner = inner + 1 end
+    end
+    assert.truthy(inner > #rows * 0.8, inner .. " of " .. #rows .. " samples named pet_spin_inner")
+  end)
+
   it("--folded keeps folded stacks for a .data name; a .folded name stays folded", function()
     local out, rc = luaperf("record --folded -c 1000000 -o " .. tmp .. " -- build/test/petarget spin 20000000")
     assert.equal(0, rc, out)

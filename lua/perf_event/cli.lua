@@ -439,7 +439,7 @@ function M.record(argv)
     local argv0 = { "luaperf", "record" }
     for _, a in ipairs(argv) do argv0[#argv0 + 1] = a end
     pdata, err = require("perf_event.perfdata").create(path, { { ev = evs[1], evs = evs, name = specs[1].name } },
-                                                       { cmdline = argv0 })
+                                                       { cmdline = argv0, pid = pid })
     if not pdata then
       for _, e in ipairs(evs) do e:close() end
       if child then child:kill() child:wait() end

@@ -24,7 +24,8 @@ local ipairs, pairs, tostring, tonumber, type, pcall, setmetatable = ipairs, pai
 local concat, rep, format = table.concat, string.rep, string.format
 
 local P = core._private
-local pd_next, pd_pack, pd_attr, pd_build_id = P.pd_next, P.pd_pack, P.pd_attr, P.pd_build_id
+local pd_next, pd_pack, pd_attr, pd_build_id, pd_synth = P.pd_next, P.pd_pack, P.pd_attr, P.pd_build_id,
+  P.pd_synth
 local decode_current, ring_ptr = P.decode_current, P.ring_ptr
 local abi = core.abi
 local RT, MISC, ST = abi.record_type, abi.misc, abi.sample_type
@@ -164,7 +165,10 @@ Writer.__index = Writer
 -- @tparam string path the file
 -- @tparam table events a list of `{ ev = event, evs = { events sharing its attr }, name = string }`:
 --   one attr per entry, the ids of all `evs`
--- @tparam[opt] table opts `cmdline` (list of strings, as perf's `# cmdline`)
+-- @tparam[opt] table opts `cmdline` (list of strings, as perf's `# cmdline`);
+--   `pid`: a running process whose threads (COMM) and executable mappings
+--   (MMAP2) are written first, read from /proc as perf record synthesizes
+--   them, so perf names what was mapped before recording began
 -- @return a writer, or nil, msg
 function M.create(path, events, opts)
   opts = opts or {}
@@ -208,6 +212,12 @@ function M.create(path, events, opts)
   local first = attrs[1]
   local km = first and M.kernel_mmap(first.sample_type, first.sample_id_all)
   if km then w:add(km) end
+  if opts.pid and first then
+    local cfg = { sample_type = first.sample_type, sample_id_all = first.sample_id_all }
+    for _, raw in ipairs(pd_synth(opts.pid, first.sample_type, first.sample_id_all)) do
+      w:add(raw, core.decode_record(raw, cfg))
+    end
+  end
   return w
 end
 
