@@ -22,6 +22,9 @@ local function luaperf(args)
 end
 
 local have_perf = sh("command -v perf") ~= ""
+local format = string.format
+
+local function hexip(v) return (U.hex(v):lower():gsub("^0+(.)", "%1")) end
 
 local function slurp(path)
   local f = assert(io.open(path, "rb"))
@@ -87,10 +90,28 @@ local function perf_script(path)
   return rows
 end
 
-local function hexip(v) return (U.hex(v):lower():gsub("^0+(.)", "%1")) end
 
--- the decoded samples and perf script's rows are the same samples in the same order
-local function same_samples(ours, rows)
+-- the decoded samples and perf script's rows are the same samples in the same
+-- order; unordered: as sets (system wide, the per-CPU rings are merged by
+-- time per drain only, perf sorts the whole file)
+local function same_samples(ours, rows, unordered)
+  if unordered then
+    local function key(usec, tid, ip) return format("%020d %010d %s", usec, tid, ip) end
+    local a, b = {}, {}
+    for _, r in ipairs(ours) do a[#a + 1] = key(math.floor(tonumber(r.time) / 1000), r.tid, hexip(r.ip)) end
+    for _, row in ipairs(rows) do b[#b + 1] = key(row.usec, row.tid, row.ip) end
+    table.sort(a)
+    table.sort(b)
+    local missing = {}
+    local inb = {}
+    for _, k in ipairs(b) do inb[k] = (inb[k] or 0) + 1 end
+    for _, k in ipairs(a) do
+      if (inb[k] or 0) > 0 then inb[k] = inb[k] - 1 else missing[#missing + 1] = k end
+    end
+    assert.equal(0, #missing, "samples perf script does not show: " .. table.concat(missing, ", "))
+    assert.equal(#ours, #rows)
+    return
+  end
   assert.equal(#ours, #rows)
   for i, r in ipairs(ours) do
     local row = rows[i]
@@ -252,6 +273,74 @@ describe("luaperf record -o FILE.data", function()
       if row.sym == "pet_spin_inner" and row.dso:find("libpetarget.so", 1, true) then inner = inner + 1 end
     end
     assert.truthy(inner > #rows * 0.8, inner .. " of " .. #rows .. " samples named pet_spin_inner")
+  end)
+
+  -- perf record's own attr and opens (-vv) for the same target options
+  local function perf_attr(opts)
+    local out = sh("perf record -vv " .. opts .. " -c 1000000 -o /dev/null -- sleep 0.05 2>&1")
+    local ok
+    for _, b in ipairs(U.perf_attr_blocks(out)) do   -- the sampling event (not perf's dummy sideband)
+      if not b.failed and #b.opens > 0 and b.fields["{ sample_period, sample_freq }"] == "1000000" then ok = b end
+    end
+    assert.truthy(ok, out)
+    return ok
+  end
+
+  it("-C CPUS: pid -1 on those CPUs, as perf record -C; every sample on them", function()
+    U.need_tracing()
+    if not have_perf then U.pending("perf is not installed") end
+    local out, rc = luaperf("record -C 0 -c 100000 -o " .. tmp .. " -- build/test/petarget spin 50000000")
+    assert.equal(0, rc, out)
+    local p = parse(tmp)
+    local theirs = perf_attr("-C 0")
+    assert.equal(#theirs.opens, #p.attrs[1].ids)
+    for _, l in ipairs(theirs.opens) do assert.truthy(l:find("pid %-1%s+cpu 0%s"), l) end
+    assert.equal(theirs.fields.inherit == "1", p.attrs[1].inherit == true)
+    local ours = samples(p)
+    assert.truthy(#ours > 0, "no samples")
+    for _, r in ipairs(ours) do assert.equal(0, r.cpu) end
+    same_samples(ours, perf_script(tmp), true)
+  end)
+
+  it("-a: every CPU and every process; perf names the command's pet_spin_inner", function()
+    U.need_tracing()
+    if not have_perf then U.pending("perf is not installed") end
+    local out, rc = luaperf("record -a -c 1000000 -o " .. tmp .. " -- build/test/petarget spin 300000000")
+    assert.equal(0, rc, out)
+    local p = parse(tmp)
+    local theirs = perf_attr("-a")
+    assert.equal(#theirs.opens, #p.attrs[1].ids)
+    assert.equal(theirs.fields.inherit == "1", p.attrs[1].inherit == true)
+    local ours = samples(p)
+    local rows = perf_script(tmp)
+    same_samples(ours, rows, true)
+    local spin = 0
+    for _, row in ipairs(rows) do if row.sym == "pet_spin_inner" then spin = spin + 1 end end
+    assert.truthy(spin > 0, "no pet_spin_inner sample among " .. #rows)
+  end)
+
+  it("-t TID: that thread only, without inherit as perf record -t", function()
+    if not have_perf then U.pending("perf is not installed") end
+    local pidfile = os.tmpname()
+    os.execute("build/test/petarget spin 3000000000 >/dev/null & echo $! > " .. pidfile)
+    local target = tonumber(slurp(pidfile))
+    os.remove(pidfile)
+    os.execute("sleep 0.2")
+    local out, rc = luaperf("record -t " .. target .. " -c 1000000 -o " .. tmp .. " -- sleep 0.3")
+    local theirs = perf_attr("-t " .. target)
+    os.execute("kill " .. target)
+    assert.equal(0, rc, out)
+    local p = parse(tmp)
+    assert.equal(theirs.fields.inherit == "1", p.attrs[1].inherit == true)
+    for _, l in ipairs(theirs.opens) do assert.truthy(l:find("pid " .. target .. "%s"), l) end
+    local ours = samples(p)
+    assert.truthy(#ours > 20, #ours .. " samples")
+    for _, r in ipairs(ours) do assert.equal(target, r.tid) end
+    local rows = perf_script(tmp)
+    same_samples(ours, rows)
+    local inner = 0
+    for _, row in ipairs(rows) do if row.sym == "pet_spin_inner" then inner = inner + 1 end end
+    assert.truthy(inner > #rows * 0.8, inner .. " of " .. #rows)
   end)
 
   it("--folded keeps folded stacks for a .data name; a .folded name stays folded", function()

@@ -50,7 +50,8 @@ substring or a glob ('sched:*', '*faults'), or one of perf list's classes: hw
 (hardware), sw (software), cache (hwcache), tracepoint, pmu.
 ]],
   record = [[
-usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g] [-p PID] [-o FILE] [--folded] [-- CMD ARGS...]
+usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g] [-p PID | -t TID | -a | -C CPUS] [-o FILE]
+                      [--folded] [-- CMD ARGS...]
 
   -e, --event EVENT   what triggers a sample (default: cpu-clock)
   -F, --freq HZ       samples per second (default 999)
@@ -59,6 +60,9 @@ usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g] [-p PID] [-o FILE] [--
                       sampled function is written
   -p, --pid PID       sample an existing process until it exits or Ctrl-C
                       (or as long as CMD runs)
+  -t, --tid TID       sample one thread (not its children) until it exits or Ctrl-C
+  -a, --all-cpus      sample every CPU (system wide) until Ctrl-C, or while CMD runs
+  -C, --cpu CPUS      sample these CPUs only ('0-1,3'), system wide
   -o, --output FILE   folded stacks go to FILE (default perf.folded; '-' = stdout);
                       a FILE ending in .data gets perf.data instead, which
                       'perf report -i FILE' and 'perf script -i FILE' read
@@ -364,16 +368,33 @@ end
 
 function M.record(argv)
   local o = parse_args("record", argv, {
-    short = { e = "event", F = "freq", c = "count", g = "call-graph", p = "pid", o = "output", h = "help" },
-    takes = { event = true, freq = true, count = true, pid = true, output = true },
-    flags = { ["call-graph"] = true, help = true, folded = true },
+    short = { e = "event", F = "freq", c = "count", g = "call-graph", p = "pid", o = "output", h = "help",
+              t = "tid", a = "all-cpus", C = "cpu" },
+    takes = { event = true, freq = true, count = true, pid = true, output = true, tid = true, cpu = true },
+    flags = { ["call-graph"] = true, help = true, folded = true, ["all-cpus"] = true },
   })
   if o.help then io.stdout:write(USAGE.record) return 0 end
   if #o.events > 1 then usage_error("record", "record takes one -e EVENT") end
   if o.freq and o.count then usage_error("record", "-F and -c exclude each other") end
   local pid = o.pid and number_opt("record", o.pid, "-p PID")
-  if not pid and #o.cmd == 0 then
-    usage_error("record", "nothing to sample: give a command after '--' or -p PID")
+  -- -t TID: one thread, no inherit; -a / -C CPUS: pid -1 on each CPU (as perf record)
+  local tid = o.tid and number_opt("record", o.tid, "-t TID")
+  local wide = o["all-cpus"] or o.cpu ~= nil
+  local cpu_list = o.cpu and require("perf_event.pmu").parse_cpus(o.cpu)
+  if cpu_list and #cpu_list == 0 then usage_error("record", "-C CPUS: no CPU in '" .. o.cpu .. "'") end
+  if (pid and 1 or 0) + (tid and 1 or 0) + (wide and 1 or 0) > 1 then
+    usage_error("record", "-p, -t and -a/-C exclude each other")
+  end
+  local tgid
+  if tid then   -- the thread's process: its maps name the samples
+    local f = io.open("/proc/" .. tid .. "/status", "r")
+    tgid = f and tonumber(f:read("*a"):match("\nTgid:%s*(%d+)") or "")
+    if f then f:close() end
+  end
+  if tid and not tgid then io.stderr:write("luaperf record: no thread ", tid, "\n") return 1 end
+  local attach = pid or tid or wide
+  if not attach and #o.cmd == 0 then
+    usage_error("record", "nothing to sample: give a command after '--', -p PID, -t TID or -a")
   end
   local freq = o.freq and number_opt("record", o.freq, "-F HZ")
   local period = o.count and number_opt("record", o.count, "-c PERIOD")
@@ -390,14 +411,14 @@ function M.record(argv)
   if o["call-graph"] then sample_type = sample_type .. "|callchain" end
 
   local child, err
-  local target = pid
-  if not pid then
+  local target = pid or tid or -1
+  if not attach then
     child, err = c.spawn(o.cmd, { stopped = true })
     if not child then io.stderr:write("luaperf record: ", err, "\n") return 127 end
     target = child:pid()
   end
   local evs = {}
-  local cpus = require("perf_event.stat").online_cpus()
+  local cpus = cpu_list or require("perf_event.stat").online_cpus()
   for _, cpu in ipairs(cpus) do
     local attr = {}
     for k, v in pairs(base) do attr[k] = v end
@@ -406,7 +427,7 @@ function M.record(argv)
     else attr.freq = true; attr.sample_freq = freq or 999 end
     attr.disabled = child ~= nil
     attr.enable_on_exec = child ~= nil
-    attr.inherit = true
+    attr.inherit = not tid
     attr.mmap2 = true
     attr.mmap = true
     attr.comm = true
@@ -439,7 +460,8 @@ function M.record(argv)
     local argv0 = { "luaperf", "record" }
     for _, a in ipairs(argv) do argv0[#argv0 + 1] = a end
     pdata, err = require("perf_event.perfdata").create(path, { { ev = evs[1], evs = evs, name = specs[1].name } },
-                                                       { cmdline = argv0, pid = pid })
+                                                       { cmdline = argv0, pid = pid or tgid,
+                                                         all = wide or nil })
     if not pdata then
       for _, e in ipairs(evs) do e:close() end
       if child then child:kill() child:wait() end
@@ -449,7 +471,7 @@ function M.record(argv)
   end
 
   local sym = require("perf_event.symbols").new()
-  if pid then sym:load_maps(pid) end
+  if pid or tgid then sym:load_maps(pid or tgid) end
   local folder = M.folder(sym)
   local seen_pid = {}
   local function drain()
@@ -497,7 +519,7 @@ function M.record(argv)
   local status, code
   while true do
     if child then status, code = child:wait(100)
-    else status, code = c.wait_pid(pid, 100) end
+    else status, code = c.wait_pid(pid or tid or 1, 100) end
     drain()
     if status == "signal" and not child then break end
     if status ~= false and status ~= "signal" then break end

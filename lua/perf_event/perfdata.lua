@@ -168,7 +168,8 @@ Writer.__index = Writer
 -- @tparam[opt] table opts `cmdline` (list of strings, as perf's `# cmdline`);
 --   `pid`: a running process whose threads (COMM) and executable mappings
 --   (MMAP2) are written first, read from /proc as perf record synthesizes
---   them, so perf names what was mapped before recording began
+--   them, so perf names what was mapped before recording began; `all`:
+--   the same for every process in /proc (system-wide recording)
 -- @return a writer, or nil, msg
 function M.create(path, events, opts)
   opts = opts or {}
@@ -212,10 +213,20 @@ function M.create(path, events, opts)
   local first = attrs[1]
   local km = first and M.kernel_mmap(first.sample_type, first.sample_id_all)
   if km then w:add(km) end
-  if opts.pid and first then
+  local pids = {}
+  if opts.all then   -- system wide: every process, as perf record -a
+    for _, name in ipairs(core.readdir("/proc") or {}) do
+      if name:match("^%d+$") then pids[#pids + 1] = tonumber(name) end
+    end
+  elseif opts.pid then
+    pids[1] = opts.pid
+  end
+  if first then
     local cfg = { sample_type = first.sample_type, sample_id_all = first.sample_id_all }
-    for _, raw in ipairs(pd_synth(opts.pid, first.sample_type, first.sample_id_all)) do
-      w:add(raw, core.decode_record(raw, cfg))
+    for _, pid in ipairs(pids) do
+      for _, raw in ipairs(pd_synth(pid, first.sample_type, first.sample_id_all)) do
+        w:add(raw, core.decode_record(raw, cfg))
+      end
     end
   end
   return w
