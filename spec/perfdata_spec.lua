@@ -81,10 +81,11 @@ local function perf_script(path)
   local out = sh("perf script -G -F pid,tid,time,ip,sym,dso -i " .. path .. " 2>/dev/null")
   local rows = {}
   for line in out:gmatch("[^\n]+") do
-    local pid, tid, sec, usec, ip, rest = line:match("^%s*(%d+)/(%d+)%s+(%d+)%.(%d+):%s+(%x+)%s+(.*)$")
+    local pid, tid, sec, usec, ip, rest = line:match("^%s*(%-?%d+)/(%-?%d+)%s+(%d+)%.(%d+):%s+(%x+)%s+(.*)$")
     assert.truthy(pid, "unexpected perf script line: " .. line)
     local sym, dso = rest:match("^(.-)%s*%((.*)%)$")
-    rows[#rows + 1] = { pid = tonumber(pid), tid = tonumber(tid), usec = tonumber(sec) * 1e6 + tonumber(usec),
+    -- the kernel may write pid/tid -1 (a task leaving): perf prints it signed, we decode a u32
+    rows[#rows + 1] = { pid = tonumber(pid) % 4294967296, tid = tonumber(tid) % 4294967296, usec = tonumber(sec) * 1e6 + tonumber(usec),
                         ip = ip, sym = sym, dso = dso }
   end
   return rows
@@ -98,7 +99,7 @@ local function same_samples(ours, rows, unordered)
   if unordered then
     local function key(usec, tid, ip) return format("%020d %010d %s", usec, tid, ip) end
     local a, b = {}, {}
-    for _, r in ipairs(ours) do a[#a + 1] = key(math.floor(tonumber(r.time) / 1000), r.tid, hexip(r.ip)) end
+    for _, r in ipairs(ours) do a[#a + 1] = key(math.floor(tonumber(r.time) / 1000), r.tid % 4294967296, hexip(r.ip)) end
     for _, row in ipairs(rows) do b[#b + 1] = key(row.usec, row.tid, row.ip) end
     table.sort(a)
     table.sort(b)
@@ -115,8 +116,8 @@ local function same_samples(ours, rows, unordered)
   assert.equal(#ours, #rows)
   for i, r in ipairs(ours) do
     local row = rows[i]
-    assert.equal(r.pid, row.pid)
-    assert.equal(r.tid, row.tid)
+    assert.equal(r.pid % 4294967296, row.pid)
+    assert.equal(r.tid % 4294967296, row.tid)
     assert.equal(math.floor(tonumber(r.time) / 1000), row.usec)
     assert.equal(hexip(r.ip), row.ip)
   end
