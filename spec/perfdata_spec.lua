@@ -85,8 +85,8 @@ local function perf_script(path)
     assert.truthy(pid, "unexpected perf script line: " .. line)
     local sym, dso = rest:match("^(.-)%s*%((.*)%)$")
     -- the kernel may write pid/tid -1 (a task leaving): perf prints it signed, we decode a u32
-    rows[#rows + 1] = { pid = tonumber(pid) % 4294967296, tid = tonumber(tid) % 4294967296, usec = tonumber(sec) * 1e6 + tonumber(usec),
-                        ip = ip, sym = sym, dso = dso }
+    rows[#rows + 1] = { pid = tonumber(pid) % 4294967296, tid = tonumber(tid) % 4294967296,
+                        usec = tonumber(sec) * 1e6 + tonumber(usec), ip = ip, sym = sym, dso = dso }
   end
   return rows
 end
@@ -99,7 +99,9 @@ local function same_samples(ours, rows, unordered)
   if unordered then
     local function key(usec, tid, ip) return format("%020d %010d %s", usec, tid, ip) end
     local a, b = {}, {}
-    for _, r in ipairs(ours) do a[#a + 1] = key(math.floor(tonumber(r.time) / 1000), r.tid % 4294967296, hexip(r.ip)) end
+    for _, r in ipairs(ours) do
+      a[#a + 1] = key(math.floor(tonumber(r.time) / 1000), r.tid % 4294967296, hexip(r.ip))
+    end
     for _, row in ipairs(rows) do b[#b + 1] = key(row.usec, row.tid, row.ip) end
     table.sort(a)
     table.sort(b)
