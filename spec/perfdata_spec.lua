@@ -163,6 +163,27 @@ describe("luaperf record -o FILE.data", function()
     assert.truthy(comms:match("^%s*321%s+petarget%s*\n$"), comms)
   end)
 
+  it("tracepoint fields: perf script decodes the RAW data through our TRACING_DATA as we do", function()
+    U.need_tracing()
+    if not have_perf then U.pending("perf is not installed") end
+    local out, rc = luaperf("record -e syscalls:sys_enter_openat -c 1 -o " .. tmp .. " -- cat /dev/null")
+    assert.equal(0, rc, out)
+    local fmt = require("perf_event.tracepoint").tracepoint("syscalls:sys_enter_openat")
+    local ours = samples(parse(tmp))
+    assert.truthy(#ours > 0, "no openat")
+    local lines = {}
+    for l in sh("perf script -F tid,time,trace -i " .. tmp .. " 2>/dev/null"):gmatch("[^\n]+") do
+      lines[#lines + 1] = l
+    end
+    assert.equal(#ours, #lines)
+    for i, r in ipairs(ours) do
+      local f = require("perf_event.records").decode_fields(r.raw, fmt)
+      local want = format("dfd: 0x%08x, filename: 0x%s, flags: 0x%08x, mode: 0x%08x",
+                          f.dfd % 4294967296, hexip(f.filename), f.flags, f.mode)
+      assert.truthy(lines[i]:find(want, 1, true), lines[i] .. " vs " .. want)
+    end
+  end)
+
   it("-g: perf report names pet_spin_inner top under pet_spin; perf script's symbols are ours", function()
     if not have_perf then U.pending("perf is not installed") end
     local out, rc = luaperf("record -g -F " .. math.floor(1e9 / U.sample_period(999)) .. " -o " .. tmp ..

@@ -409,6 +409,11 @@ function M.record(argv)
   local base = specs[1].attr
   local sample_type = "ip|tid|time|period|cpu"
   if o["call-graph"] then sample_type = sample_type .. "|callchain" end
+  -- perf.data for a .data file unless --folded (perf_event.perfdata); a
+  -- tracepoint's fields go with it (RAW), as perf record samples them
+  local path = o.output or "perf.folded"
+  local to_data = path:find("%.data$") ~= nil and not o.folded
+  if to_data and tonumber(base.type) == c.abi.type.tracepoint then sample_type = sample_type .. "|raw" end
 
   local child, err
   local target = pid or tid or -1
@@ -453,10 +458,8 @@ function M.record(argv)
     evs[#evs + 1] = ev
   end
 
-  local path = o.output or "perf.folded"
-  -- perf.data for a .data file unless --folded (perf_event.perfdata)
   local pdata
-  if path:find("%.data$") and not o.folded then
+  if to_data then
     local argv0 = { "luaperf", "record" }
     for _, a in ipairs(argv) do argv0[#argv0 + 1] = a end
     pdata, err = require("perf_event.perfdata").create(path, { { ev = evs[1], evs = evs, name = specs[1].name } },

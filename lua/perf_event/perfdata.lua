@@ -41,7 +41,7 @@ local MAGIC = "PERFILE2"
 local HEADER_SIZE = 104          -- magic, size, attr_size, 3 sections, 256-bit feature map
 local NAME_ALIGN = 64
 local BUILD_ID_SIZE_FLAG = 32768 -- PERF_RECORD_MISC_BUILD_ID_SIZE (1 << 15)
-local VERSION = "6.1.luaperf"    -- what `perf report --header-only` shows as "perf version"
+local VERSION = "luaperf " .. tostring(core.VERSION)   -- `perf report --header-only`'s "perf version"
 
 M.FEATURES = FEAT
 
