@@ -486,6 +486,7 @@ function M.record(argv)
       end
       table.sort(batch, function(a, b) return time_of(a) < time_of(b) end)
       for _, rec in ipairs(batch) do pdata:add(rec.raw_bytes, rec) end
+      if #batch > 0 then pdata:round() end
       return
     end
     for _, ev in ipairs(evs) do

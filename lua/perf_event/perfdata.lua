@@ -41,6 +41,7 @@ local MAGIC = "PERFILE2"
 local HEADER_SIZE = 104          -- magic, size, attr_size, 3 sections, 256-bit feature map
 local NAME_ALIGN = 64
 local BUILD_ID_SIZE_FLAG = 32768 -- PERF_RECORD_MISC_BUILD_ID_SIZE (1 << 15)
+local FINISHED_ROUND = 68       -- PERF_RECORD_FINISHED_ROUND, a perf (user) record type
 local VERSION = "luaperf " .. tostring(core.VERSION)   -- `perf report --header-only`'s "perf version"
 
 M.FEATURES = FEAT
@@ -305,6 +306,12 @@ local function build_id_entry(name, id, cpumode)
   local bid = id .. rep("\0", 20 - #id) .. string.char(#id) .. rep("\0", 3)
   return u32(0) .. u16(cpumode + BUILD_ID_SIZE_FLAG, 36 + len) .. u32(-1) .. bid ..
          name .. rep("\0", len - #name)
+end
+
+--- Ends a round: every record of the rings up to now was written (perf
+-- sorts the records before it and flushes them, so its queue stays small).
+function Writer:round()
+  self:add(u32(FINISHED_ROUND) .. u16(0, 8))
 end
 
 function Writer:features()
