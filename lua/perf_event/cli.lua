@@ -1,7 +1,8 @@
 --- perf_event.cli: the `luaperf` command line tool (stat, list, record).
 -- `main(argv)` returns the process exit status; bin/luaperf calls it.
 -- Reports go to stderr as perf's do; `record` writes folded stacks
--- (`comm;caller;callee N`, the flame-graph input) to a file or stdout.
+-- (`comm;caller;callee N`, the flame-graph input) to a file or stdout, or
+-- perf.data to a `.data` file (perf_event.perfdata).
 -- @module perf_event.cli
 
 local io, string, table, math = io, string, table, math
@@ -20,7 +21,7 @@ usage: luaperf COMMAND [OPTIONS] [-- CMD ARGS...]
 
   stat     count events while CMD runs (or for a running process / every CPU)
   list     list the event names this machine offers
-  record   sample CMD and write folded stacks (flame-graph input)
+  record   sample CMD and write folded stacks (flame-graph input) or perf.data
 
 Run 'luaperf COMMAND --help' for the options of a command.
 ]],

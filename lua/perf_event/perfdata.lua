@@ -12,7 +12,7 @@
 -- (the ring's records byte for byte as the kernel wrote them, plus one
 -- synthesized kernel MMAP so perf names kernel addresses), then the feature
 -- sections HOSTNAME, OSRELEASE, VERSION, ARCH, NRCPUS, TOTAL_MEM, CMDLINE,
--- EVENT_DESC, BUILD_ID and SAMPLE_TIME.  Integers are little endian (the
+-- EVENT_DESC, BUILD_ID, SAMPLE_TIME and, for tracepoints, TRACING_DATA.  Integers are little endian (the
 -- machine's order, as perf writes them on x86 and arm64).
 -- @module perf_event.perfdata
 
