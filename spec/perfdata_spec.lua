@@ -367,6 +367,17 @@ describe("luaperf record -o FILE.data", function()
     assert.truthy(inner > #rows * 0.8, inner .. " of " .. #rows)
   end)
 
+  it("an unwritable FILE.data fails before the command runs", function()
+    local marker = os.tmpname()
+    os.remove(marker)
+    local out, rc = luaperf("record -o /nonexistent-dir/x.data -- touch " .. marker)
+    assert.equal(1, rc, out)
+    assert.truthy(out:find("/nonexistent-dir/x.data: No such file or directory", 1, true), out)
+    local f = io.open(marker, "r")
+    if f then f:close() os.remove(marker) end
+    assert.falsy(f, "the command ran")
+  end)
+
   it("--folded keeps folded stacks for a .data name; a .folded name stays folded", function()
     local out, rc = luaperf("record --folded -c 1000000 -o " .. tmp .. " -- build/test/petarget spin 20000000")
     assert.equal(0, rc, out)

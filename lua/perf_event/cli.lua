@@ -468,7 +468,7 @@ function M.record(argv)
                                                          all = wide or nil })
     if not pdata then
       for _, e in ipairs(evs) do e:close() end
-      if child then child:kill() child:wait() end
+      if child then child:kill(9) end   -- still waiting to exec: never ran
       io.stderr:write("luaperf record: ", tostring(err), "\n")
       return 1
     end
