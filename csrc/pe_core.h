@@ -10,6 +10,7 @@
  *
  *   core.c                 luaopen: assembles the module
  *   fast.c                 the pe_fast_* FFI entry points
+ *   perfdata.c             perf.data helpers: raw ring records, LE packing, build-ids
  *   event.c                event methods, ioctls, reads, the event metatable
  *   ring.c                 ring drain, records, AUX (methods added by event.c)
  *   group.c userpage.c luaprof.c  groups; the user-page (rdpmc) read,
@@ -276,6 +277,8 @@ int pe_open_events(lua_State *L);
 /* spawn.c: adds spawn/catch_signals/wait_pid to the module table on top */
 void pe_open_spawn(lua_State *L);
 void pe_open_luaprof(lua_State *L);         /* luaprof.c */
+/* perfdata.c: adds pd_next/pd_pack/pd_build_id to core._private */
+void pe_open_perfdata(lua_State *L);
 
 /* ---- ring (ring.c) ------------------------------------------------------ */
 /* adds the sampling methods to the table on top of the stack */

@@ -1,7 +1,8 @@
 --- perf_event.cli: the `luaperf` command line tool (stat, list, record).
 -- `main(argv)` returns the process exit status; bin/luaperf calls it.
 -- Reports go to stderr as perf's do; `record` writes folded stacks
--- (`comm;caller;callee N`, the flame-graph input) to a file or stdout.
+-- (`comm;caller;callee N`, the flame-graph input) to a file or stdout, or
+-- perf.data to a `.data` file (perf_event.perfdata).
 -- @module perf_event.cli
 
 local io, string, table, math = io, string, table, math
@@ -20,7 +21,7 @@ usage: luaperf COMMAND [OPTIONS] [-- CMD ARGS...]
 
   stat     count events while CMD runs (or for a running process / every CPU)
   list     list the event names this machine offers
-  record   sample CMD and write folded stacks (flame-graph input)
+  record   sample CMD and write folded stacks (flame-graph input) or perf.data
 
 Run 'luaperf COMMAND --help' for the options of a command.
 ]],
@@ -61,7 +62,8 @@ substring or a glob ('sched:*', '*faults'), or one of perf list's classes: hw
 (hardware), sw (software), cache (hwcache), tracepoint, pmu.
 ]],
   record = [[
-usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g] [-p PID] [-o FILE] [-- CMD ARGS...]
+usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g] [-p PID | -t TID | -a | -C CPUS] [-o FILE]
+                      [--folded] [-- CMD ARGS...]
 
   -e, --event EVENT   what triggers a sample (default: cpu-clock)
   -F, --freq HZ       samples per second (default 999)
@@ -70,9 +72,15 @@ usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g] [-p PID] [-o FILE] [--
                       sampled function is written
   -p, --pid PID       sample an existing process until it exits or Ctrl-C
                       (or as long as CMD runs)
-  -o, --output FILE   folded stacks go to FILE (default perf.folded; '-' = stdout)
+  -t, --tid TID       sample one thread (not its children) until it exits or Ctrl-C
+  -a, --all-cpus      sample every CPU (system wide) until Ctrl-C, or while CMD runs
+  -C, --cpu CPUS      sample these CPUs only ('0-1,3'), system wide
+  -o, --output FILE   folded stacks go to FILE (default perf.folded; '-' = stdout);
+                      a FILE ending in .data gets perf.data instead, which
+                      'perf report -i FILE' and 'perf script -i FILE' read
+      --folded        folded stacks even when FILE ends in .data
 
-Writes one line per distinct stack, root first: 'comm;main;caller;callee N'.
+Folded output: one line per distinct stack, root first: 'comm;main;caller;callee N'.
 User addresses are named from the ELF symbol tables (.symtab/.dynsym) of the
 mapped files, kernel ones from /proc/kallsyms; others print as 'lib.so+0xoff'
 or [unknown].
@@ -491,16 +499,33 @@ end
 
 function M.record(argv)
   local o = parse_args("record", argv, {
-    short = { e = "event", F = "freq", c = "count", g = "call-graph", p = "pid", o = "output", h = "help" },
-    takes = { event = true, freq = true, count = true, pid = true, output = true },
-    flags = { ["call-graph"] = true, help = true },
+    short = { e = "event", F = "freq", c = "count", g = "call-graph", p = "pid", o = "output", h = "help",
+              t = "tid", a = "all-cpus", C = "cpu" },
+    takes = { event = true, freq = true, count = true, pid = true, output = true, tid = true, cpu = true },
+    flags = { ["call-graph"] = true, help = true, folded = true, ["all-cpus"] = true },
   })
   if o.help then io.stdout:write(USAGE.record) return 0 end
   if #o.events > 1 then usage_error("record", "record takes one -e EVENT") end
   if o.freq and o.count then usage_error("record", "-F and -c exclude each other") end
   local pid = o.pid and number_opt("record", o.pid, "-p PID")
-  if not pid and #o.cmd == 0 then
-    usage_error("record", "nothing to sample: give a command after '--' or -p PID")
+  -- -t TID: one thread, no inherit; -a / -C CPUS: pid -1 on each CPU (as perf record)
+  local tid = o.tid and number_opt("record", o.tid, "-t TID")
+  local wide = o["all-cpus"] or o.cpu ~= nil
+  local cpu_list = o.cpu and require("perf_event.pmu").parse_cpus(o.cpu)
+  if cpu_list and #cpu_list == 0 then usage_error("record", "-C CPUS: no CPU in '" .. o.cpu .. "'") end
+  if (pid and 1 or 0) + (tid and 1 or 0) + (wide and 1 or 0) > 1 then
+    usage_error("record", "-p, -t and -a/-C exclude each other")
+  end
+  local tgid
+  if tid then   -- the thread's process: its maps name the samples
+    local f = io.open("/proc/" .. tid .. "/status", "r")
+    tgid = f and tonumber(f:read("*a"):match("\nTgid:%s*(%d+)") or "")
+    if f then f:close() end
+  end
+  if tid and not tgid then io.stderr:write("luaperf record: no thread ", tid, "\n") return 1 end
+  local attach = pid or tid or wide
+  if not attach and #o.cmd == 0 then
+    usage_error("record", "nothing to sample: give a command after '--', -p PID, -t TID or -a")
   end
   local freq = o.freq and number_opt("record", o.freq, "-F HZ")
   local period = o.count and number_opt("record", o.count, "-c PERIOD")
@@ -518,24 +543,30 @@ function M.record(argv)
   -- the period would be ignored; perf leaves it out as well
   local sample_type = period and "ip|tid|time|cpu" or "ip|tid|time|period|cpu"
   if o["call-graph"] then sample_type = sample_type .. "|callchain" end
+  -- perf.data for a .data file unless --folded (perf_event.perfdata); a
+  -- tracepoint's fields go with it (RAW), as perf record samples them
+  local path = o.output or "perf.folded"
+  local to_data = path:find("%.data$") ~= nil and not o.folded
+  if to_data and tonumber(base.type) == c.abi.type.tracepoint then sample_type = sample_type .. "|raw" end
 
   -- the output is opened before anything runs: a bad path fails at once
-  local path = o.output or "perf.folded"
+  -- (perf.data: perfdata.create, below, before the command is started)
   local out, oerr = io.stdout, nil
-  if path ~= "-" then out, oerr = io.open(path, "w") end
+  if path ~= "-" and not to_data then out, oerr = io.open(path, "w") end
   if not out then io.stderr:write("luaperf record: cannot write ", tostring(oerr), "\n") return 1 end
 
   local child, err
-  local target = pid
-  if not pid then
+  local target = pid or tid or -1
+  if not attach then
     child, err = c.spawn(o.cmd, { stopped = true })
     if not child then io.stderr:write("luaperf record: ", err, "\n") return 127 end
     target = child:pid()
   end
   local evs = {}
-  local cpus = require("perf_event.stat").online_cpus()
+  local cpus = cpu_list or require("perf_event.stat").online_cpus()
   -- -p: every thread of the process (as stat -p), each on every CPU (an
-  -- inherited event is mapped per CPU); new threads are inherited
+  -- inherited event is mapped per CPU); new threads are inherited.  -t: the
+  -- thread; -a/-C: pid -1; a command: the child
   local tids = { target }
   if pid then
     tids = {}
@@ -545,8 +576,8 @@ function M.record(argv)
     if #tids == 0 then io.stderr:write(format("luaperf record: no process %d\n", pid)) return 1 end
   end
   local slots = {}
-  for _, tid in ipairs(tids) do
-    for _, cpu in ipairs(cpus) do slots[#slots + 1] = { tid = tid, cpu = cpu } end
+  for _, t in ipairs(tids) do
+    for _, cpu in ipairs(cpus) do slots[#slots + 1] = { tid = t, cpu = cpu } end
   end
   for _, slot in ipairs(slots) do
     local cpu = slot.cpu
@@ -557,7 +588,7 @@ function M.record(argv)
     else attr.freq = true; attr.sample_freq = freq or 999 end
     attr.disabled = child ~= nil
     attr.enable_on_exec = child ~= nil
-    attr.inherit = true
+    attr.inherit = not tid
     attr.mmap2 = true
     attr.mmap = true
     attr.comm = true
@@ -585,12 +616,37 @@ function M.record(argv)
     evs[#evs + 1] = ev
   end
 
+  local pdata
+  if to_data then
+    local argv0 = { "luaperf", "record" }
+    for _, a in ipairs(argv) do argv0[#argv0 + 1] = a end
+    pdata, err = require("perf_event.perfdata").create(path, { { ev = evs[1], evs = evs, name = specs[1].name } },
+                                                       { cmdline = argv0, pid = pid or tgid,
+                                                         all = wide or nil })
+    if not pdata then
+      for _, e in ipairs(evs) do e:close() end
+      if child then child:kill(9) end   -- still waiting to exec: never ran
+      io.stderr:write("luaperf record: ", tostring(err), "\n")
+      return 1
+    end
+  end
+
   local sym = require("perf_event.symbols").new()
-  if pid then sym:load_maps(pid) end
+  if pid or tgid then sym:load_maps(pid or tgid) end
   local folder = M.folder(sym)
   local seen_pid = {}
   local function drain()
     local batch = {}
+    if pdata then
+      local records = require("perf_event.perfdata").records
+      for _, ev in ipairs(evs) do
+        for raw, rec in records(ev) do rec.raw_bytes = raw batch[#batch + 1] = rec end
+      end
+      table.sort(batch, function(a, b) return time_of(a) < time_of(b) end)
+      for _, rec in ipairs(batch) do pdata:add(rec.raw_bytes, rec) end
+      if #batch > 0 then pdata:round() end
+      return
+    end
     for _, ev in ipairs(evs) do
       for rec in ev:records() do batch[#batch + 1] = rec end
     end
@@ -625,7 +681,7 @@ function M.record(argv)
   local status, code
   while true do
     if child then status, code = child:wait(100)
-    else status, code = c.wait_pid(pid, 100) end
+    else status, code = c.wait_pid(pid or tid or 1, 100) end
     drain()
     if status == "signal" and not child then break end
     if status ~= false and status ~= "signal" then break end
@@ -635,6 +691,14 @@ function M.record(argv)
   local lost = 0
   for _, ev in ipairs(evs) do lost = lost + (tonumber((ev:lost())) or 0) ev:close() end
 
+  if pdata then
+    local ok, werr = pdata:close()
+    if not ok then io.stderr:write("luaperf record: ", tostring(werr), "\n") return 1 end
+    io.stderr:write(format("[ luaperf record: %d samples%s written to %s (perf.data) ]\n", pdata.samples,
+                           lost > 0 and format(", %d records lost", lost) or "", path))
+    if child and (status == "exited" or status == "signaled") then return exit_code(status, code) end
+    return 0
+  end
   local lines = folder.lines()
   if #lines > 0 then out:write(concat(lines, "\n"), "\n") end
   if out ~= io.stdout then out:close() end

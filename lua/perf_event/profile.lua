@@ -15,7 +15,7 @@
 --    a flush, since the addresses are reused.
 -- 2. The VM's PC register (rbx, from PERF_SAMPLE_REGS_USER) points into the
 --    bytecode of a known prototype: the frame is that function and the line
---    of the instruction being executed. Prototypes are known from
+--    of the instruction being run. Prototypes are known from
 --    `jit.attach(cb, "bc")` (loaded after start) and, at start, from the
 --    functions on the stack and in package.loaded with their nested
 --    prototypes. The registry holds references, so no address is reused
