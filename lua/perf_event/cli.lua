@@ -63,8 +63,9 @@ usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g] [-p PID] [-o FILE] [--
 
 Writes one line per distinct stack, root first: 'comm;main;caller;callee N'.
 User addresses are named from the ELF symbol tables (.symtab/.dynsym) of the
-mapped files, kernel ones from /proc/kallsyms; others print as 'lib.so+0xoff'
-or [unknown].
+mapped files or of their separate debug files (/usr/lib/debug/.build-id,
+.gnu_debuglink: install e.g. libc6-dbg), kernel ones from /proc/kallsyms; a
+file's code without a symbol prints as [lib.so], others as [unknown].
 ]],
 }
 
