@@ -75,6 +75,7 @@ PE_EXPORT int luaopen_perf_event_core(lua_State *L)
   pe_open_events(L);
   pe_fast_open(L);
   pe_open_spawn(L);
+  pe_open_unwind(L);
   pe_open_abi(L);
   lua_pushinteger(L, PE_ATTR_SIZE_VER8);
   lua_setfield(L, -2, "ATTR_SIZE");

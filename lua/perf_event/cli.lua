@@ -55,14 +55,20 @@ CLASS is one of perf list's classes: hw (hardware), sw (software), cache
 (hwcache), tracepoint, pmu; an empty class is not an error.  PATTERN is a
 substring or a glob ('sched:*', '*faults').
 ]],
-  record = [[
-usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g] [-p PID] [-o FILE] [-- CMD ARGS...]
+  record = [=[
+usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g | --call-graph fp|dwarf[,SIZE]] [-p PID]
+                      [-o FILE] [-- CMD ARGS...]
 
   -e, --event EVENT   what triggers a sample (default: cpu-clock)
-  -F, --freq HZ       samples per second (default 999)
+  -F, --freq HZ       samples per second (default 999); above the kernel's
+                      perf_event_max_sample_rate lowered to it with a warning
   -c, --count PERIOD  one sample every PERIOD events instead of -F
-  -g, --call-graph    record call chains (frame pointers); without -g only the
+  -g                  record call chains (frame pointers); without -g only the
                       sampled function is written
+      --call-graph MODE  fp (as -g) or dwarf[,SIZE]: copy SIZE bytes (8192)
+                      of user stack per sample and unwind it with the files'
+                      call frame information (elfutils' libdw; code built
+                      without frame pointers keeps its callers)
   -p, --pid PID       sample an existing process until it exits or Ctrl-C
                       (or as long as CMD runs)
   -o, --output FILE   folded stacks go to FILE (default perf.folded; '-' = stdout)
@@ -72,7 +78,7 @@ User addresses are named from the ELF symbol tables (.symtab/.dynsym) of the
 mapped files or of their separate debug files (/usr/lib/debug/.build-id,
 .gnu_debuglink: install e.g. libc6-dbg), kernel ones from /proc/kallsyms; a
 file's code without a symbol prints as [lib.so], others as [unknown].
-]],
+]=],
 }
 
 local SW = core().abi.sw
@@ -429,11 +435,32 @@ local function time_of(r)
   return tonumber(t) or 0
 end
 
+--- perf record's --call-graph value: "fp", "dwarf" or "dwarf,SIZE" (bytes
+-- of user stack copied per sample; perf's default 8192, rounded up to 8,
+-- at most 65528).
+-- @treturn table|nil `{mode=, size=}` (nil for no value)
+-- @treturn string|nil what is wrong with the value
+function M.call_graph(v)
+  if v == nil then return nil end
+  local mode, rest = tostring(v):match("^(%a+)(.*)$")
+  if mode == "fp" and rest == "" then return { mode = "fp" } end
+  if mode == "dwarf" then
+    if rest == "" then return { mode = "dwarf", size = 8192 } end
+    local n = tonumber(rest:match("^,(%d+)$"))
+    if n and n > 0 then
+      n = math.ceil(n / 8) * 8
+      if n <= 65528 then return { mode = "dwarf", size = n } end
+    end
+    return nil, format("--call-graph dwarf,SIZE: SIZE must be 1..65528 bytes, got '%s'", rest:sub(2))
+  end
+  return nil, format("--call-graph: 'fp' or 'dwarf[,SIZE]', got '%s'", tostring(v))
+end
+
 function M.record(argv)
   local o = parse_args("record", argv, {
-    short = { e = "event", F = "freq", c = "count", g = "call-graph", p = "pid", o = "output", h = "help" },
-    takes = { event = true, freq = true, count = true, pid = true, output = true },
-    flags = { ["call-graph"] = true, help = true },
+    short = { e = "event", F = "freq", c = "count", g = "g", p = "pid", o = "output", h = "help" },
+    takes = { event = true, freq = true, count = true, pid = true, output = true, ["call-graph"] = true },
+    flags = { g = true, help = true },
   })
   if o.help then io.stdout:write(USAGE.record) return 0 end
   if #o.events > 1 then usage_error("record", "record takes one -e EVENT") end
@@ -445,6 +472,23 @@ function M.record(argv)
   local freq = o.freq and number_opt("record", o.freq, "-F HZ")
   local period = o.count and number_opt("record", o.count, "-c PERIOD")
   local c = core()
+  local cg, cg_err = M.call_graph(o["call-graph"] or (o.g and "fp"))
+  if cg_err then usage_error("record", cg_err) end
+  if cg and cg.mode == "dwarf" and not c.unwind_available then
+    io.stderr:write("luaperf was built without libdw: --call-graph dwarf is not available\n")
+    return 1
+  end
+  if freq then
+    -- above perf_event_max_sample_rate the kernel refuses the event: lower
+    -- it, as perf does (the kernel's own limit, read now)
+    local max = pe().sysctl().max_sample_rate
+    if max and max > 0 and freq > max then
+      io.stderr:write(format("warning: Maximum frequency rate (%d Hz) exceeded, throttling from %d Hz to %d Hz.\n" ..
+        "         The limit can be raised via /proc/sys/kernel/perf_event_max_sample_rate.\n" ..
+        "         The kernel will lower it when luaperf's interrupts take too long.\n", max, freq, max))
+      freq = max
+    end
+  end
   c.catch_signals()
 
   local spec = o.events[1] or { type = "software", config = SW.cpu_clock, name = "cpu-clock" }
@@ -454,7 +498,8 @@ function M.record(argv)
   local R = require("perf_event.resolve")
   local base = specs[1].attr
   local sample_type = "ip|tid|time|period|cpu"
-  if o["call-graph"] then sample_type = sample_type .. "|callchain" end
+  if cg then sample_type = sample_type .. "|callchain" end
+  if cg and cg.mode == "dwarf" then sample_type = sample_type .. "|regs_user|stack_user" end
 
   local child, err
   local target = pid
@@ -482,11 +527,19 @@ function M.record(argv)
     attr.sample_id_all = true
     attr.wakeup_events = 0
     attr.watermark = false
+    if cg and cg.mode == "dwarf" then
+      -- the kernel's chain stops at user space; the user part is unwound
+      -- from the registers and stack copy (core.unwind)
+      attr.exclude_callchain_user = true
+      attr.sample_regs_user = c.unwind_regs
+      attr.sample_stack_user = cg.size
+    end
     -- perf's fallbacks (perf_event.resolve): user-space only on EACCES,
     -- no exclude_guest on EINVAL
     local r = { attr = attr, name = specs[1].name, explicit = specs[1].explicit, guest = specs[1].guest }
     local ev
-    ev, err = R.open(r, { pid = target, cpu = cpu, pages = 64 })
+    -- a DWARF sample carries a stack copy (8 KiB by default): a bigger ring
+    ev, err = R.open(r, { pid = target, cpu = cpu, pages = (cg and cg.mode == "dwarf") and 512 or 64 })
     if not ev then
       -- a smaller ring when the mlock budget is tight
       ev, err = R.open(r, { pid = target, cpu = cpu, pages = 8 })
@@ -516,6 +569,7 @@ function M.record(argv)
           sym:load_maps(rec.pid)   -- started before we saw its mmaps
         end
         seen_pid[rec.pid] = true
+        if cg and cg.mode == "dwarf" then rec.callchain = sym:unwind(rec) or rec.callchain end
         folder.add(rec)
       else
         sym:record(rec)

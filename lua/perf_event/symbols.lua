@@ -111,14 +111,15 @@ end
 
 -- Of two function symbols at one address, the one perf keeps (its
 -- choose_best_symbol): a sized one, then non-weak, then global, then the
--- one with fewer leading underscores, then the longer name.
+-- one with fewer leading underscores, then the longer name; on a tie the
+-- one earlier in the table (b, seen first) stays.
 local function better(a, b)
   if (a.size == 0) ~= (b.size == 0) then return a.size ~= 0 end
   if (a.bind == STB_WEAK) ~= (b.bind == STB_WEAK) then return b.bind == STB_WEAK end
   if (a.bind == STB_LOCAL) ~= (b.bind == STB_LOCAL) then return b.bind == STB_LOCAL end
   local ua, ub = underscores(a.name), underscores(b.name)
   if ua ~= ub then return ua < ub end
-  return #a.name >= #b.name
+  return #a.name > #b.name
 end
 
 -- the build-id of a GNU note section's bytes, as lower-case hex
@@ -556,6 +557,39 @@ function Sym:callchain(chain, pid)
     end
   end
   return out
+end
+
+--- The callchain of a sample taken with DWARF call graphs
+-- (`sample_type` regs_user, stack_user, `sample_regs_user = core.unwind_regs`):
+-- the kernel part of `rec.callchain` as the kernel gave it, then a "user"
+-- marker and the user frames core.unwind finds in the sampled stack with the
+-- call frame information of the process's mapped files (elfutils' libdw).
+-- The result goes to `callchain` like any chain.
+-- @tparam table rec a decoded sample
+-- @treturn[1] table callchain
+-- @treturn[2] nil
+-- @treturn[2] string why not (built without libdw, no user registers)
+function Sym:unwind(rec)
+  local core = require("perf_event.core")
+  local chain = {}
+  for _, a in ipairs(rec.callchain or {}) do
+    if context_of(a) == "user" then break end
+    chain[#chain + 1] = a
+  end
+  if not (rec.regs_user and rec.stack_user) then return nil, "the sample has no user registers and stack" end
+  local maps = self.maps[rec.pid]
+  if not maps then return nil, "no mappings known for pid " .. tostring(rec.pid) end
+  -- registers as "0x..." strings: every decoder's 64-bit form becomes one
+  local regs = {}
+  for k, v in pairs(rec.regs_user) do
+    local h = M.hex(v)
+    regs[k] = h and "0x" .. h or v
+  end
+  local pcs, err = core.unwind(maps, regs, rec.stack_user, self.opts.max_stack)
+  if not pcs then return nil, err end
+  chain[#chain + 1] = "user"
+  for _, pc in ipairs(pcs) do chain[#chain + 1] = pc end
+  return chain
 end
 
 --- Forgets the cached ELF files and kallsyms (e.g. after a library changed).
