@@ -339,7 +339,8 @@ function M.list(argv)
     for _, d in ipairs(DESCRIPTORS) do lines[#lines + 1] = format("  %-50s [%s]", d[1], d[2]) end
     descriptors_done = true
   end
-  local order = { hw = 1, sw = 2, cache = 3, pmu = 4, tracepoint = 5 }   -- perf list's order
+  local order = {}   -- perf list's order of the classes
+  for i, c in ipairs({ "hw", "sw", "cache", "pmu", "tracepoint" }) do order[c] = i end
   local names = pe().list()
   table.sort(names, function(x, y)
     local cx, cy = order[class_of(x)], order[class_of(y)]
