@@ -176,14 +176,16 @@ function M.read_elf(path)
   for i = 0, shnum - 1 do
     local o = i * shentsize
     if o + 64 <= #sh then
-      secs[i] = { name = u32(sh, o), type = u32(sh, o + 4), offset = u64(sh, o + 24),
+      secs[i] = { name = u32(sh, o), type = u32(sh, o + 4), addr = u64(sh, o + 16), offset = u64(sh, o + 24),
                   size = u64(sh, o + 32), link = u32(sh, o + 40), entsize = u64(sh, o + 56) }
     end
   end
   local names = secs[shstrndx] and read_at(f, secs[shstrndx].offset, secs[shstrndx].size)
+  local named = {}
   for i = 0, shnum - 1 do
     local s = secs[i]
     local name = s and names and s.name < #names and cstr(names, s.name)
+    if name then named[name] = s end
     if name == ".gnu_debuglink" and s.size < 4096 then
       local d = read_at(f, s.offset, s.size)
       elf.debuglink = d and cstr(d, 0) ~= "" and cstr(d, 0) or nil
@@ -216,6 +218,26 @@ function M.read_elf(path)
             end
           end
         end
+      end
+    end
+  end
+  -- perf's PLT symbols, "name@plt" ("@plt" for a relocation without a
+  -- symbol, as libc's IRELATIVE ones): one entry per .rela.plt relocation,
+  -- in .plt.sec when the file has one, else after .plt's first entry
+  local rela, plt = named[".rela.plt"], named[".plt.sec"] or named[".plt"]
+  local dyn = rela and secs[rela.link]
+  if plt and dyn and rela.entsize >= 24 and rela.size < 1048576 and secs[dyn.link] then
+    local tab, dsyms = read_at(f, rela.offset, rela.size), read_at(f, dyn.offset, dyn.size)
+    local dstr = read_at(f, secs[dyn.link].offset, secs[dyn.link].size)
+    local step = plt.entsize > 0 and plt.entsize or 16
+    local at = plt.addr + (named[".plt.sec"] and 0 or step)
+    if tab and dsyms and dstr then
+      for o = 0, rela.size - rela.entsize, rela.entsize do
+        local symidx = u32(tab, o + 12)          -- ELF64_R_SYM: r_info's high half
+        local name = ""
+        if symidx > 0 and (symidx + 1) * 24 <= #dsyms then name = cstr(dstr, u32(dsyms, symidx * 24)) end
+        if not best[at] then best[at] = { addr = at, size = step, name = name .. "@plt", bind = 1 } end
+        at = at + step
       end
     end
   end
