@@ -139,6 +139,34 @@ local function note_build_id(s)
   return nil
 end
 
+-- the index of the symbol of sorted `syms` covering vaddr (a symbol of
+-- size 0 covers up to the next one, as perf's symbols__fixup_end makes it)
+local function covering(syms, vaddr)
+  local lo, hi, best = 1, #syms, nil
+  while lo <= hi do
+    local mid = floor((lo + hi) / 2)
+    if syms[mid].addr <= vaddr then best = mid; lo = mid + 1 else hi = mid - 1 end
+  end
+  if not best then return nil end
+  local s = syms[best]
+  if s.size > 0 and vaddr >= s.addr + s.size then return nil end
+  return best
+end
+
+-- syms (sorted) with the PLT entries no symbol covers: perf's lookup finds
+-- a symbol stretched over the PLT (an `_init` of size 0) before its own
+-- PLT names
+local function with_plt(syms, plt)
+  if not plt or #plt == 0 then return syms end
+  local out = {}
+  for i, s in ipairs(syms) do out[i] = s end
+  for _, p in ipairs(plt) do
+    if not covering(syms, p.addr) then out[#out + 1] = p end
+  end
+  table.sort(out, function(a, b) return a.addr < b.addr end)
+  return out
+end
+
 --- Reads the symbol tables and load segments of an ELF64 little-endian file,
 -- with its GNU build-id (`elf.build_id`, hex) and `.gnu_debuglink` name
 -- (`elf.debuglink`) when it has them.  Function symbols of `.symtab` and
@@ -224,6 +252,8 @@ function M.read_elf(path)
   -- perf's PLT symbols, "name@plt" ("@plt" for a relocation without a
   -- symbol, as libc's IRELATIVE ones): one entry per .rela.plt relocation,
   -- in .plt.sec when the file has one, else after .plt's first entry
+  -- (x86-64 layout)
+  elf.plt = {}
   local rela, plt = named[".rela.plt"], named[".plt.sec"] or named[".plt"]
   local dyn = rela and secs[rela.link]
   if plt and dyn and rela.entsize >= 24 and rela.size < 1048576 and secs[dyn.link] then
@@ -232,11 +262,18 @@ function M.read_elf(path)
     local step = plt.entsize > 0 and plt.entsize or 16
     local at = plt.addr + (named[".plt.sec"] and 0 or step)
     if tab and dsyms and dstr then
+      -- the entries follow their GOT slots (r_offset), as objdump and newer
+      -- perf pair them, not the order of the relocations
+      local relocs = {}
       for o = 0, rela.size - rela.entsize, rela.entsize do
         local symidx = u32(tab, o + 12)          -- ELF64_R_SYM: r_info's high half
         local name = ""
         if symidx > 0 and (symidx + 1) * 24 <= #dsyms then name = cstr(dstr, u32(dsyms, symidx * 24)) end
-        if not best[at] then best[at] = { addr = at, size = step, name = name .. "@plt", bind = 1 } end
+        relocs[#relocs + 1] = { slot = u64(tab, o), name = name }
+      end
+      table.sort(relocs, function(a, b) return a.slot < b.slot end)
+      for _, r in ipairs(relocs) do
+        elf.plt[#elf.plt + 1] = { addr = at, size = step, name = r.name .. "@plt", bind = 1 }
         at = at + step
       end
     end
@@ -245,7 +282,8 @@ function M.read_elf(path)
   local syms = {}
   for _, sym in pairs(best) do syms[#syms + 1] = sym end
   table.sort(syms, function(a, b) return a.addr < b.addr end)
-  elf.syms = syms
+  elf.file_syms = syms
+  elf.syms = with_plt(syms, elf.plt)
   return elf
 end
 
@@ -261,16 +299,9 @@ end
 
 --- The symbol covering a link-time address: name, offset into it.
 function Elf:find(vaddr)
-  local syms = self.syms
-  local lo, hi = 1, #syms
-  local best
-  while lo <= hi do
-    local mid = floor((lo + hi) / 2)
-    if syms[mid].addr <= vaddr then best = mid; lo = mid + 1 else hi = mid - 1 end
-  end
-  if not best then return nil end
-  local s = syms[best]
-  if s.size > 0 and vaddr >= s.addr + s.size then return nil end
+  local i = covering(self.syms, vaddr)
+  if not i then return nil end
+  local s = self.syms[i]
   return s.name, vaddr - s.addr
 end
 
@@ -319,14 +350,15 @@ end
 local function with_debuginfo(elf)
   if elf.symtab and not elf.debuglink and not elf.build_id then return elf end
   local path, dbg = M.debug_file(elf)
-  if not path or #dbg.syms == 0 then return elf end
+  if not path or #dbg.file_syms == 0 then return elf end
   local at, syms = {}, {}
-  for _, s in ipairs(dbg.syms) do at[s.addr] = true; syms[#syms + 1] = s end
-  for _, s in ipairs(elf.syms) do
+  for _, s in ipairs(dbg.file_syms) do at[s.addr] = true; syms[#syms + 1] = s end
+  for _, s in ipairs(elf.file_syms) do
     if not at[s.addr] then syms[#syms + 1] = s end
   end
   table.sort(syms, function(a, b) return a.addr < b.addr end)
-  elf.syms = syms
+  elf.file_syms = syms
+  elf.syms = with_plt(syms, elf.plt)
   elf.debug_path = path
   return elf
 end
