@@ -479,16 +479,21 @@ function M.record(argv)
     io.stderr:write("luaperf was built without libdw: --call-graph dwarf is not available\n")
     return 1
   end
-  if freq then
+  if not period then
     -- above perf_event_max_sample_rate the kernel refuses the event: lower
-    -- it, as perf does (the kernel's own limit, read now)
+    -- it, as perf does (the kernel's own limit, read now; the warning only
+    -- for a rate the user asked for)
+    local want = freq or 999
     local max = pe().sysctl().max_sample_rate
-    if max and max > 0 and freq > max then
-      io.stderr:write(format("warning: Maximum frequency rate (%d Hz) exceeded, throttling from %d Hz to %d Hz.\n" ..
-        "         The limit can be raised via /proc/sys/kernel/perf_event_max_sample_rate.\n" ..
-        "         The kernel will lower it when luaperf's interrupts take too long.\n", max, freq, max))
-      freq = max
+    if max and max > 0 and want > max then
+      if freq then
+        io.stderr:write(format("warning: Maximum frequency rate (%d Hz) exceeded, throttling from %d Hz to %d Hz.\n"
+          .. "         The limit can be raised via /proc/sys/kernel/perf_event_max_sample_rate.\n"
+          .. "         The kernel will lower it when luaperf's interrupts take too long.\n", max, freq, max))
+      end
+      want = max
     end
+    freq = want
   end
   c.catch_signals()
 
