@@ -20,6 +20,15 @@ BASECFLAGS := -std=gnu11 -fPIC -fvisibility=hidden $(WARN)
 OPT ?= -O2 -g
 LDFLAGS_SO := -shared
 
+# DWARF unwinding (csrc/unwind.c, `luaperf record --call-graph dwarf`) uses
+# elfutils' libdw when pkg-config finds it (libdw-dev); LIBDW=0 builds
+# without it, and core.unwind then says so.
+LIBDW ?= $(shell pkg-config --exists libdw 2>/dev/null && echo 1 || echo 0)
+ifeq ($(LIBDW),1)
+  DW_CFLAGS := -DPE_HAVE_LIBDW $(shell pkg-config --cflags libdw)
+  DW_LIBS := $(shell pkg-config --libs libdw)
+endif
+
 LUAJIT_INC := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
@@ -51,11 +60,11 @@ all: $(TARGET)
 
 $(TARGET): $(call objs_of,$(LUA)) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(BASECFLAGS) $(OPT) $(CFLAGS) $(call objs_of,$(LUA)) -o $@ $(LDFLAGS_SO) $(LDFLAGS)
+	$(CC) $(BASECFLAGS) $(OPT) $(CFLAGS) $(call objs_of,$(LUA)) -o $@ $(LDFLAGS_SO) $(LDFLAGS) $(DW_LIBS)
 
 build/asan/perf_event/core.so: $(call objs_of,asan) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(BASECFLAGS) -O1 -g $(ASAN_FLAGS) $(call objs_of,asan) -o $@ -shared $(ASAN_FLAGS)
+	$(CC) $(BASECFLAGS) -O1 -g $(ASAN_FLAGS) $(call objs_of,asan) -o $@ -shared $(ASAN_FLAGS) $(DW_LIBS)
 
 asan: build/asan/perf_event/core.so build/test/asan/pesim.so
 
@@ -64,7 +73,7 @@ asan: build/asan/perf_event/core.so build/test/asan/pesim.so
 define variant
 $(call objdir_of,$(1))/%.o: csrc/%.c $$(HDRS) Makefile
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(BASECFLAGS) $$(call cflags_of,$(1)) $$(call inc_of,$(1)) -c $$< -o $$@
+	$$(CC) $$(BASECFLAGS) $$(call cflags_of,$(1)) $$(call inc_of,$(1)) $$(if $$(filter %/unwind.c,$$<),$$(DW_CFLAGS)) -c $$< -o $$@
 build/obj/$(1)/libpecore.a: $$(filter-out %/core.o,$$(call objs_of,$(1)))
 	rm -f $$@
 	ar rcs $$@ $$^
@@ -79,7 +88,7 @@ $(foreach v,$(sort luajit lua5.4 lua5.1 asan rock $(LUA)),$(eval $(call variant,
 rock: $(ROCK_DIR)/perf_event/core.so
 $(ROCK_DIR)/perf_event/core.so: $(call objs_of,rock) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(BASECFLAGS) $(OPT) $(CFLAGS) $(call objs_of,rock) -o $@ $(LDFLAGS_SO) $(LDFLAGS)
+	$(CC) $(BASECFLAGS) $(OPT) $(CFLAGS) $(call objs_of,rock) -o $@ $(LDFLAGS_SO) $(LDFLAGS) $(DW_LIBS)
 
 # Test fixtures: a small C library and programs the specs probe (uprobes,
 # breakpoints on code, exact call counts).

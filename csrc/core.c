@@ -76,6 +76,7 @@ PE_EXPORT int luaopen_perf_event_core(lua_State *L)
   pe_fast_open(L);
   pe_open_spawn(L);
   pe_open_perfdata(L);
+  pe_open_unwind(L);
   pe_open_abi(L);
   pe_open_luaprof(L);
   lua_pushinteger(L, PE_ATTR_SIZE_VER8);

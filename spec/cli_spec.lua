@@ -153,6 +153,91 @@ describe("luaperf list", function()
     assert.equal(1, rc)
     assert.truthy(out:find("no event matches", 1, true), out)
   end)
+
+  -- the event lines of a listing, "name [Kind]" with the padding squeezed;
+  -- perf lists its tool events (duration_time, ...) with the software ones
+  local function event_lines(out)
+    local t, n = {}, 0
+    for l in out:gmatch("[^\n]+") do
+      local name, kind = l:match("^  (%S.-)%s+%[(.-)%]$")
+      if name and kind ~= "Tool event" and kind ~= "SDT event" then
+        t[name .. " [" .. kind .. "]"] = true
+        n = n + 1
+      end
+    end
+    return t, n
+  end
+
+  it("lists perf list's classes sw, hw, cache and pmu with the same lines as perf", function()
+    if not have_perf then pending("needs perf (linux-perf)") return end
+    for _, class in ipairs({ "sw", "hw", "cache", "pmu" }) do
+      local out, rc = run("list " .. class)
+      assert.equal(0, rc, out)
+      local ours, n = event_lines(out)
+      local theirs = event_lines((sh("perf list " .. class .. " 2>/dev/null")))
+      assert.same(theirs, ours)
+      if class == "sw" then
+        assert.equal(12, n)   -- PERF_COUNT_SW_CPU_CLOCK .. PERF_COUNT_SW_CGROUP_SWITCHES
+        assert.truthy(ours["context-switches OR cs [Software event]"])
+      end
+    end
+  end)
+
+  it("lists the same tracepoints as perf list tracepoint", function()
+    if not have_perf then pending("needs perf (linux-perf)") return end
+    if not have_tracefs then pending("tracefs is not readable by this user") return end
+    local out, rc = run("list tracepoint")
+    assert.equal(0, rc)
+    local ours, n = event_lines(out)
+    local theirs, pn = event_lines((sh("perf list tracepoint 2>/dev/null")))
+    assert.truthy(ours["syscalls:sys_enter_getppid [Tracepoint event]"])
+    assert.equal(pn, n)
+    assert.same(theirs, ours)
+  end)
+
+  it("hides hardware and cache events the kernel refuses to open, unless --all", function()
+    local pe = require("perf_event")
+    local function opens(name)
+      for _, n in ipairs({ name, name .. ":u" }) do
+        local ev = pe.open(n)
+        if ev then ev:close() return true end
+      end
+      return false
+    end
+    local out = run("list hw")
+    local shown = event_lines(out)
+    -- what the kernel answers for cpu-cycles decides (ENOENT without a PMU)
+    assert.equal(opens("cpu-cycles"), shown["cpu-cycles OR cycles [Hardware event]"] == true)
+    local cache = event_lines(run("list cache"))
+    assert.equal(opens("L1-dcache-loads"), cache["L1-dcache-loads [Hardware cache event]"] == true)
+    local all, n = event_lines(run("list --all hw"))
+    assert.equal(10, n)   -- every generic hardware name, openable or not
+    assert.truthy(all["cpu-cycles OR cycles [Hardware event]"])
+    assert.truthy(all["stalled-cycles-frontend OR idle-cycles-frontend [Hardware event]"])
+    local _, ncache = event_lines(run("list -a cache"))
+    assert.equal(#require("perf_event.events").cache_list(), ncache)
+  end)
+
+  it("prints perf list's rNNN and mem: descriptor lines, before the tracepoints", function()
+    local out = run("list")
+    local r = out:find("\n  rNNN +%[Raw hardware event descriptor%]\n")
+    local m = out:find("\n  mem:<addr>%[/len%]%[:access%] +%[Hardware breakpoint%]\n")
+    assert.truthy(r and m and r < m, out)
+    local tp = out:find("%[Tracepoint event%]")
+    if tp then assert.truthy(m < tp) end
+    assert.truthy(out:find("  task%-clock +%[Software event%]") < r)
+    if have_perf then
+      local pout = sh("perf list 2>/dev/null")
+      for _, want in ipairs({ "  rNNN +%[Raw hardware event descriptor%]", "  mem:<addr>" }) do
+        local mine, theirs = out:match("\n(" .. want .. "[^\n]*)"), pout:match("\n(" .. want .. "[^\n]*)")
+        assert.equal(theirs, mine)
+      end
+    end
+    -- a class with nothing this machine can open prints nothing, as perf
+    local hw, rc = run("list hw")
+    assert.equal(0, rc)
+    if hw ~= "" then assert.truthy(hw:find("[Hardware event]", 1, true)) end
+  end)
 end)
 
 describe("luaperf record", function()

@@ -55,15 +55,39 @@ describe("ELF reader", function()
     local want = nm("build/test/libpetarget.so", true)
     local found = 0
     for _, s in ipairs(elf.syms) do
-      if s.name:match("^pet_") then
+      if s.name:match("^pet_[%w_]*$") then   -- not the pet_*@plt entries
         assert.equal(want[s.name], s.addr, s.name)
         found = found + 1
       end
     end
     assert.equal(7, found)   -- pet_work, pet_call, pet_touch, pet_spin(_inner), pet_addr_*
+
     local name, off = elf:find(want.pet_spin_inner + 5)
     assert.equal("pet_spin_inner", name)
     assert.equal(5, off)
+  end)
+
+  it("names PLT entries as perf does, at the addresses objdump gives them", function()
+    if sh("command -v objdump") == "" then pending("needs objdump (binutils)") return end
+    local path = libc_path()
+    if not path then pending("libc not found in /proc/self/maps") return end
+    -- libc: no symbol stretches over its .plt, each entry is name@plt
+    local elf = assert(symbols.read_elf(path))
+    local n = 0
+    for addr, name in sh("objdump -d -j .plt " .. path):gmatch("\n(%x+) <([%w_]+@plt)>:") do
+      assert.equal(name, (elf:find(tonumber(addr, 16))))
+      n = n + 1
+    end
+    assert.truthy(n >= 10, n)
+    -- petarget: the linker's _init (size 0) comes before .plt and covers it
+    -- in perf's lookup, which then names its PLT entries _init
+    local exe = assert(symbols.read_elf("build/test/petarget"))
+    local entries = 0
+    for addr in sh("objdump -d -j .plt build/test/petarget"):gmatch("\n(%x+) <[%w_]+@plt>:") do
+      assert.equal("_init", (exe:find(tonumber(addr, 16))))
+      entries = entries + 1
+    end
+    assert.truthy(entries >= 1)
   end)
 
   it("reads .symtab of an executable (main is not dynamic)", function()
@@ -103,24 +127,34 @@ describe("symbolizer", function()
       local s, off, p = line:match("^(%x+)%-%x+ %S+ (%x+) %S+ %d+%s+(%S+)$")
       if p == path and tonumber(off, 16) == 0 then base = tonumber(s, 16) break end
     end
-    local addr = base + nm(path, true).getppid
+    local link = nm(path, true).getppid
+    local addr = base + link
     local name, off, module = sym:lookup(addr + 1, pid)
-    assert.equal("getppid", name)
+    -- getppid itself, or with libc's debug symbols (libc6-dbg) the alias at
+    -- its address that perf would show (e.g. __GI___getppid)
+    local elf = assert(symbols.elf(path))
+    assert.equal(link, nm(elf.debug_path or path, not elf.debug_path)[name])
     assert.equal(1, off)
     assert.equal(path:match("[^/]+$"), module)
-    assert.equal("getppid", sym:name(addr))   -- without a pid: the "self" mappings
+    assert.equal(name, sym:name(addr))   -- without a pid: the "self" mappings
   end)
 
-  it("names mappings it has no symbol for as file+0xoffset, and [unknown] outside", function()
+  it("names mappings it has no symbol for as [file] (file+0xoffset when asked), and [unknown] outside", function()
     local sym = symbols.new()
     sym:add_map(7, 0x10000, 0x2000, 0x3000, "/nonexistent/libfoo.so")
-    assert.equal("libfoo.so+0x3010", sym:name(0x10010, 7))
+    local name, off, module = sym:lookup(0x10010, 7)
+    assert.equal("[libfoo.so]", name)
+    assert.equal(0x3010, off)
+    assert.equal("libfoo.so", module)
     assert.equal("[unknown]", sym:name(0x9000, 7))
     assert.equal("[unknown]", sym:name(0x10010, 8))
+    local raw = symbols.new({ offsets = true })
+    raw:add_map(7, 0x10000, 0x2000, 0x3000, "/nonexistent/libfoo.so")
+    assert.equal("libfoo.so+0x3010", raw:name(0x10010, 7))
   end)
 
   it("splits older mappings that a new one overlaps, as mmap does", function()
-    local sym = symbols.new()
+    local sym = symbols.new({ offsets = true })
     sym:add_map(1, 0x1000, 0x3000, 0, "/x/a")
     sym:add_map(1, 0x2000, 0x1000, 0, "/x/b")
     assert.equal("a+0x0", sym:name(0x1000, 1))
@@ -130,7 +164,7 @@ describe("symbolizer", function()
   end)
 
   it("follows mmap2, fork and exec records", function()
-    local sym = symbols.new()
+    local sym = symbols.new({ offsets = true })
     sym:record({ type = "mmap2", pid = 5, addr = 0x400000, len = 0x1000, pgoff = 0, filename = "/x/prog" })
     sym:record({ type = "fork", pid = 6, ppid = 5 })
     assert.equal("prog+0x10", sym:name(0x400010, 6))
@@ -140,13 +174,21 @@ describe("symbolizer", function()
   end)
 
   it("reads callchains leaf first, skipping PERF_CONTEXT markers, one [unknown] per run", function()
-    local sym = symbols.new()
+    local sym = symbols.new({ offsets = true })
     sym:add_map(1, 0x1000, 0x1000, 0, "/x/a")
     local chain = decoded_chain({ USER, 0x1010, 0x1021, 0x9999, 0x9998, 0x1031 })
     assert.equal("user", chain[1])
     local frames = sym:callchain(chain, 1)
     -- return addresses are looked up at addr-1
     assert.same({ "a+0x10", "a+0x20", "[unknown]", "a+0x30" }, frames)
+  end)
+
+  it("groups a run of a file's code without symbols into one [file] frame", function()
+    local sym = symbols.new()
+    sym:add_map(1, 0x1000, 0x1000, 0, "/x/a")
+    sym:add_map(1, 0x2000, 0x1000, 0, "//anon")
+    local chain = decoded_chain({ USER, 0x1010, 0x1021, 0x1031, 0x2010, 0x2020, 0x9999, 0x1041 })
+    assert.same({ "[a]", "[anon]", "[unknown]", "[a]" }, sym:callchain(chain, 1))
   end)
 
   it("names the frames of a callchain the core's decoder made, first user frame exactly", function()
@@ -216,5 +258,152 @@ describe("kernel symbols", function()
     local got2, off2 = sym:lookup("0x" .. plus4)
     assert.equal(name, got2)
     assert.equal(4, off2)
+  end)
+end)
+
+describe("separate debug information", function()
+  local have_cc = sh("command -v cc && command -v objcopy && command -v strip && command -v readelf")
+  have_cc = #have_cc > 0 and select(2, have_cc:gsub("\n", "")) == 4
+  local dir
+
+  local function run(cmd)
+    local out = sh("(" .. cmd .. ") 2>&1; echo rc=$?")
+    assert(out:match("rc=0\n$"), cmd .. "\n" .. out)
+  end
+
+  local function build_id_of(file)
+    return sh("readelf -n " .. file):match("Build ID: (%x+)")
+  end
+
+  -- a library whose static function only a debug file names: built with
+  -- a build-id, its debug part split off, stripped, a debuglink added
+  local function build(name, variant)
+    local src = dir .. "/" .. name .. ".c"
+    local f = assert(io.open(src, "w"))
+    f:write(([[
+static int __attribute__((noinline)) dbg_hidden_%s(int x) {
+  int i, s = 0; for (i = 0; i < x; i++) s += i * x; return s;
+}
+int dbg_public(int x) { return dbg_hidden_%s(x) + 1; }
+]]):format(variant, variant))
+    f:close()
+    local so = dir .. "/" .. name .. ".so"
+    run(("cc -O1 -g -fPIC -shared -Wl,--build-id %s -o %s"):format(src, so))
+    run(("cd %s && objcopy --only-keep-debug %s.so %s.so.dbg && strip -s %s.so && " ..
+         "objcopy --add-gnu-debuglink=%s.so.dbg %s.so"):format(dir, name, name, name, name, name))
+    return so, so .. ".dbg"
+  end
+
+  local saved_dirs
+  before_each(function()
+    dir = sh("mktemp -d /tmp/pe-dbg.XXXXXX"):gsub("%s+$", "")
+    saved_dirs = symbols.debug_dirs
+    symbols.flush()
+  end)
+  after_each(function()
+    symbols.debug_dirs = saved_dirs
+    symbols.flush()
+    if dir and dir:match("^/tmp/pe%-dbg%.") then os.execute("rm -rf " .. dir) end
+  end)
+
+  it("reads the build-id and .gnu_debuglink of a stripped file, as readelf shows them", function()
+    if not have_cc or not have_nm then pending("needs cc, objcopy, strip, readelf, nm") return end
+    local so = build("libd", "a")
+    local elf = assert(symbols.read_elf(so))
+    assert.equal(build_id_of(so), elf.build_id)
+    assert.equal(40, #elf.build_id)
+    assert.equal("libd.so.dbg", elf.debuglink)
+    assert.is_nil(elf.symtab)
+    for _, s in ipairs(elf.syms) do assert.are_not.equal("dbg_hidden_a", s.name) end
+  end)
+
+  it("names a static function from the debuglink file next to it, in .debug/ and under the debug dir", function()
+    if not have_cc or not have_nm then pending("needs cc, objcopy, strip, readelf, nm") return end
+    local so, dbg = build("libd", "a")
+    local want = nm(dbg).dbg_hidden_a
+    assert.truthy(want)
+    symbols.debug_dirs = { dir .. "/root" }
+    local function check(where)
+      symbols.flush()
+      local elf = assert(symbols.elf(so))
+      assert.equal(where, elf.debug_path)
+      local name, off = elf:find(want + 3)
+      assert.equal("dbg_hidden_a", name)
+      assert.equal(3, off)
+    end
+    check(dbg)
+    run(("mkdir %s/.debug && mv %s %s/.debug/"):format(dir, dbg, dir))
+    check(dir .. "/.debug/libd.so.dbg")
+    run(("mkdir -p %s/root%s && mv %s/.debug/libd.so.dbg %s/root%s/"):format(dir, dir, dir, dir, dir))
+    check(dir .. "/root" .. dir .. "/libd.so.dbg")
+  end)
+
+  it("finds the debug file by build-id, and refuses one of another build", function()
+    if not have_cc or not have_nm then pending("needs cc, objcopy, strip, readelf, nm") return end
+    local so, dbg = build("libd", "a")
+    local id = build_id_of(so)
+    local by_id = ("%s/root/.build-id/%s/%s.debug"):format(dir, id:sub(1, 2), id:sub(3))
+    run(("mkdir -p %s && mv %s %s"):format(by_id:match("^(.*)/"), dbg, by_id))
+    symbols.debug_dirs = { dir .. "/root" }
+    local elf = assert(symbols.elf(so))
+    assert.equal(by_id, elf.debug_path)
+    assert.equal("dbg_hidden_a", (elf:find(nm(by_id).dbg_hidden_a)))
+    -- another build (another build-id) left where the debuglink points
+    os.remove(by_id)
+    local _, other = build("libe", "b")
+    run(("cp %s %s/libd.so.dbg"):format(other, dir))
+    assert.are_not.equal(id, build_id_of(dir .. "/libd.so.dbg"))
+    symbols.flush()
+    elf = assert(symbols.elf(so))
+    assert.is_nil(elf.debug_path)
+    for _, s in ipairs(elf.syms) do assert.is_nil(s.name:match("^dbg_hidden")) end
+  end)
+
+  it("names libc's and the program's frames as perf does on the same recording (libc6-dbg)", function()
+    if not have_cc then pending("needs cc") return end
+    if sh("command -v perf") == "" then pending("needs perf (linux-perf)") return end
+    local libc = libc_path()
+    local elf = libc and symbols.elf(libc)
+    if not (elf and elf.debug_path) then pending("needs libc6-dbg (libc's separate debug symbols)") return end
+    -- a qsort-heavy program: libc's msort_with_tmp is a local symbol
+    local src = dir .. "/qs.c"
+    local f = assert(io.open(src, "w"))
+    f:write([[
+#include <stdlib.h>
+static int cmp(const void *a, const void *b) { int x = *(const int *)a, y = *(const int *)b; return (x > y) - (x < y); }
+int main(void) {
+  int n = 100000, r, i, *v = malloc(n * sizeof *v);
+  for (r = 0; r < 30; r++) { srand(r); for (i = 0; i < n; i++) v[i] = rand(); qsort(v, n, sizeof *v, cmp); }
+  return v[0] < 0;   /* rand() is never negative: exit 0 */
+}
+]])
+    f:close()
+    run(("cc -O2 %s -o %s/qs"):format(src, dir))
+    local U = require("support.util")
+    run(("perf record -q -e cpu-clock:u -c %d -o %s/qs.data %s/qs"):format(U.sample_period(4000), dir, dir))
+    local out = sh(("perf script -i %s/qs.data -F pid,ip,sym,dso --show-mmap-events 2>/dev/null"):format(dir))
+    -- the mappings perf saw, into our symbolizer; then every libc sample
+    local sym = symbols.new({ kernel = false })
+    local compared, names, wrong = 0, {}, {}
+    for line in out:gmatch("[^\n]+") do
+      local pid, start, len, pgoff, path =
+        line:match("^%s*(%d+) PERF_RECORD_MMAP2? %d+/%d+: %[0x(%x+)%(0x(%x+)%) @ 0x(%x+).-%]: %S+ (%S+)$")
+      if pid then
+        sym:add_map(tonumber(pid), tonumber(start, 16), tonumber(len, 16), tonumber(pgoff, 16), path)
+      else
+        local spid, ip, name, dso = line:match("^%s*(%d+)%s+(%x+) (.-) %((.-)%)$")
+        -- libc's frames and the program's own (its PLT entries: qsort@plt, ...)
+        if (dso == libc or dso == dir .. "/qs") and name ~= "[unknown]" then
+          compared = compared + 1
+          names[name] = (names[name] or 0) + 1
+          local ours = sym:name(tonumber(ip, 16), tonumber(spid))
+          if ours ~= name then wrong[#wrong + 1] = ip .. ": perf " .. name .. ", ours " .. ours end
+        end
+      end
+    end
+    assert.truthy(compared >= 100, "libc samples: " .. compared .. "\n" .. out:sub(1, 2000))
+    assert.truthy(names["msort_with_tmp.part.0"], "perf names no msort_with_tmp.part.0")
+    assert.truthy(names.cmp, "perf names no cmp")
+    assert.same({}, wrong)
   end)
 end)

@@ -53,23 +53,34 @@ was excluded automatically (perf_event_paranoid), the event prints as
 'name:u' and the reason goes to stderr once.
 ]],
   list = [[
-usage: luaperf list [PATTERN]
+usage: luaperf list [--all] [CLASS | PATTERN]
 
-Lists the events 'luaperf stat -e' and 'luaperf record -e' accept: generic
-hardware and software names, cache events, PMU events (pmu/alias/) and
-tracepoints (sys:name; tracefs must be readable, usually root).  PATTERN is a
-substring or a glob ('sched:*', '*faults'), or one of perf list's classes: hw
-(hardware), sw (software), cache (hwcache), tracepoint, pmu.
+  -a, --all   also list hardware, cache and software events this machine
+              cannot open (a VM without a PMU has no hardware events) and
+              tracefs entries without an id
+
+Lists the events 'luaperf stat -e' and 'luaperf record -e' accept, as perf
+list does: generic hardware and software names (with their aliases), cache
+events, PMU events (pmu/alias/) and tracepoints (sys:name; tracefs must be
+readable, usually root), then the descriptor forms rNNN and mem:<addr>.
+CLASS is one of perf list's classes: hw (hardware), sw (software), cache
+(hwcache), tracepoint, pmu; an empty class is not an error.  PATTERN is a
+substring or a glob ('sched:*', '*faults').
 ]],
-  record = [[
-usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g] [-p PID | -t TID | -a | -C CPUS] [-o FILE]
-                      [--folded] [-- CMD ARGS...]
+  record = [=[
+usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g | --call-graph fp|dwarf[,SIZE]]
+                      [-p PID | -t TID | -a | -C CPUS] [-o FILE] [--folded] [-- CMD ARGS...]
 
   -e, --event EVENT   what triggers a sample (default: cpu-clock)
-  -F, --freq HZ       samples per second (default 999)
+  -F, --freq HZ       samples per second (default 999); above the kernel's
+                      perf_event_max_sample_rate lowered to it with a warning
   -c, --count PERIOD  one sample every PERIOD events instead of -F
-  -g, --call-graph    record call chains (frame pointers); without -g only the
+  -g                  record call chains (frame pointers); without -g only the
                       sampled function is written
+      --call-graph MODE  fp (as -g) or dwarf[,SIZE]: copy SIZE bytes (8192)
+                      of user stack per sample and unwind it with the files'
+                      call frame information (elfutils' libdw; code built
+                      without frame pointers keeps its callers)
   -p, --pid PID       sample an existing process until it exits or Ctrl-C
                       (or as long as CMD runs)
   -t, --tid TID       sample one thread (not its children) until it exits or Ctrl-C
@@ -82,9 +93,10 @@ usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g] [-p PID | -t TID | -a 
 
 Folded output: one line per distinct stack, root first: 'comm;main;caller;callee N'.
 User addresses are named from the ELF symbol tables (.symtab/.dynsym) of the
-mapped files, kernel ones from /proc/kallsyms; others print as 'lib.so+0xoff'
-or [unknown].
-]],
+mapped files or of their separate debug files (/usr/lib/debug/.build-id,
+.gnu_debuglink: install e.g. libc6-dbg), kernel ones from /proc/kallsyms; a
+file's code without a symbol prints as [lib.so], others as [unknown].
+]=],
 }
 
 local SW = core().abi.sw
@@ -396,15 +408,53 @@ end
 
 -- ------------------------------------------------------------- list
 
-local function kind_of(name)
-  if name:find("^mem:") then return "Hardware breakpoint" end
-  if name:find("/") then return "Kernel PMU event" end
-  if name:find(":") then return "Tracepoint event" end
-  if require("perf_event.events").software[name] then return "Software event" end
-  if name:find("%-load") or name:find("%-store") or name:find("%-prefetch") then
-    return "Hardware cache event"
+local KIND = { hw = "Hardware event", sw = "Software event", cache = "Hardware cache event",
+               tracepoint = "Tracepoint event", pmu = "Kernel PMU event" }
+local CLASSES = { hw = "hw", hardware = "hw", sw = "sw", software = "sw", cache = "cache",
+                  hwcache = "cache", tracepoint = "tracepoint", pmu = "pmu" }
+-- perf list's descriptor lines: forms of -e that name no event
+local DESCRIPTORS = {
+  { "rNNN", "Raw hardware event descriptor" },
+  { "mem:<addr>[/len][:access]", "Hardware breakpoint" },
+}
+
+local function class_of(name)
+  if name:find("/") then return "pmu" end
+  if name:find(":") then return "tracepoint" end
+  local ev = require("perf_event.events")
+  if ev.software[name] then return "sw" end
+  if ev.hardware[name] then return "hw" end
+  return "cache"
+end
+
+-- "context-switches OR cs": a canonical name with its aliases, as perf shows it
+local function with_aliases(name, byname)
+  local al = {}
+  for a, v in pairs(byname) do
+    if a ~= name and v == byname[name] then al[#al + 1] = a end
   end
-  return "Hardware event"
+  table.sort(al)
+  if #al == 0 then return name end
+  return name .. " OR " .. concat(al, " OR ")
+end
+
+-- whether this machine opens the event for this process, as perf list's
+-- is_event_supported: as named, else with the kernel excluded (:u)
+local function openable(name)
+  for _, n in ipairs({ name, name .. ":u" }) do
+    local ok, ev = pcall(pe().open, n)
+    if ok and ev then ev:close() return true end
+  end
+  return false
+end
+
+-- whether tracefs gives the tracepoint an id (perf list skips those without)
+local function has_id(name)
+  local root = require("perf_event.tracepoint").root()
+  local sys, ev = name:match("^([^:]+):(.+)$")
+  local f = root and sys and io.open(root .. "/events/" .. sys .. "/" .. ev .. "/id", "r")
+  if f then f:close() return true end
+  return false
 end
 
 local function glob_to_pattern(p)
@@ -412,30 +462,56 @@ local function glob_to_pattern(p)
 end
 
 function M.list(argv)
-  local o = parse_args("list", argv, { short = { h = "help" }, takes = {}, flags = { help = true } })
+  local o = parse_args("list", argv, { short = { h = "help", a = "all" }, takes = {},
+                                       flags = { help = true, all = true } })
   if o.help then io.stdout:write(USAGE.list) return 0 end
+  if #o.cmd > 1 then usage_error("list", "one CLASS or PATTERN at most") end
   local pattern = o.cmd[1]
-  local class = pattern and ({ hw = "Hardware event", hardware = "Hardware event",
-    sw = "Software event", software = "Software event", cache = "Hardware cache event",
-    hwcache = "Hardware cache event", tracepoint = "Tracepoint event", pmu = "Kernel PMU event" })[pattern]
-  local names = pe().list()
-  local shown = 0
+  local class = pattern and CLASSES[pattern]
+  local ev = require("perf_event.events")
   local lines = {}
+  -- the descriptor lines, after the PMU events and before the tracepoints
+  local descriptors_done = false
+  local function add_descriptors()
+    for _, d in ipairs(DESCRIPTORS) do lines[#lines + 1] = format("  %-50s [%s]", d[1], d[2]) end
+    descriptors_done = true
+  end
+  local order = {}   -- perf list's order of the classes
+  for i, c in ipairs({ "hw", "sw", "cache", "pmu", "tracepoint" }) do order[c] = i end
+  local names = pe().list()
+  table.sort(names, function(x, y)
+    local cx, cy = order[class_of(x)], order[class_of(y)]
+    if cx ~= cy then return cx < cy end
+    return x < y
+  end)
   for _, n in ipairs(names) do
+    local c = class_of(n)
     local ok = true
-    if class then ok = kind_of(n) == class
+    if class then ok = c == class
     elseif pattern then
       if pattern:find("[*?]") then ok = n:match(glob_to_pattern(pattern)) ~= nil
       else ok = n:find(pattern, 1, true) ~= nil end
     end
+    -- hardware, cache and software events this machine cannot open (no
+    -- PMU in a VM, an older kernel) are left out, as perf does, unless --all
+    if ok and not o.all and (c == "hw" or c == "cache" or c == "sw") then ok = openable(n) end
+    -- tracefs directories without an id (ftrace:bprint, ...) are no events
+    if ok and not o.all and c == "tracepoint" then ok = has_id(n) end
+    if c == "tracepoint" and not pattern and not descriptors_done then
+      add_descriptors()
+    end
     if ok then
-      lines[#lines + 1] = format("  %-50s [%s]", n, kind_of(n))
-      shown = shown + 1
+      local shown = n
+      if c == "sw" then shown = with_aliases(n, ev.software)
+      elseif c == "hw" then shown = with_aliases(n, ev.hardware) end
+      lines[#lines + 1] = format("  %-50s [%s]", shown, KIND[c])
     end
   end
-  io.stdout:write("\nList of pre-defined events (to be used in -e):\n\n", concat(lines, "\n"),
-                  shown > 0 and "\n\n" or "")
-  if shown == 0 then
+  if not pattern and not descriptors_done then add_descriptors() end
+  if #lines > 0 then
+    io.stdout:write("\nList of pre-defined events (to be used in -e):\n\n", concat(lines, "\n"), "\n\n")
+  end
+  if #lines == 0 and not class then
     io.stderr:write(format("luaperf list: no event matches '%s'%s\n", tostring(pattern),
       io.open("/sys/kernel/tracing/events") and "" or
         " (tracepoints are hidden: tracefs is not readable by this user)"))
@@ -497,12 +573,34 @@ local function time_of(r)
   return tonumber(t) or 0
 end
 
+--- perf record's --call-graph value: "fp", "dwarf" or "dwarf,SIZE" (bytes
+-- of user stack copied per sample; perf's default 8192, rounded up to 8,
+-- at most 65528).
+-- @treturn table|nil `{mode=, size=}` (nil for no value)
+-- @treturn string|nil what is wrong with the value
+function M.call_graph(v)
+  if v == nil then return nil end
+  local mode, rest = tostring(v):match("^(%a+)(.*)$")
+  if mode == "fp" and rest == "" then return { mode = "fp" } end
+  if mode == "dwarf" then
+    if rest == "" then return { mode = "dwarf", size = 8192 } end
+    local n = tonumber(rest:match("^,(%d+)$"))
+    if n and n > 0 then
+      n = math.ceil(n / 8) * 8
+      if n <= 65528 then return { mode = "dwarf", size = n } end
+    end
+    return nil, format("--call-graph dwarf,SIZE: SIZE must be 1..65528 bytes, got '%s'", rest:sub(2))
+  end
+  return nil, format("--call-graph: 'fp' or 'dwarf[,SIZE]', got '%s'", tostring(v))
+end
+
 function M.record(argv)
   local o = parse_args("record", argv, {
-    short = { e = "event", F = "freq", c = "count", g = "call-graph", p = "pid", o = "output", h = "help",
+    short = { e = "event", F = "freq", c = "count", g = "g", p = "pid", o = "output", h = "help",
               t = "tid", a = "all-cpus", C = "cpu" },
-    takes = { event = true, freq = true, count = true, pid = true, output = true, tid = true, cpu = true },
-    flags = { ["call-graph"] = true, help = true, folded = true, ["all-cpus"] = true },
+    takes = { event = true, freq = true, count = true, pid = true, output = true, tid = true, cpu = true,
+              ["call-graph"] = true },
+    flags = { g = true, help = true, folded = true, ["all-cpus"] = true },
   })
   if o.help then io.stdout:write(USAGE.record) return 0 end
   if #o.events > 1 then usage_error("record", "record takes one -e EVENT") end
@@ -530,6 +628,28 @@ function M.record(argv)
   local freq = o.freq and number_opt("record", o.freq, "-F HZ")
   local period = o.count and number_opt("record", o.count, "-c PERIOD")
   local c = core()
+  local cg, cg_err = M.call_graph(o["call-graph"] or (o.g and "fp"))
+  if cg_err then usage_error("record", cg_err) end
+  if cg and cg.mode == "dwarf" and not c.unwind_available then
+    io.stderr:write("luaperf was built without libdw: --call-graph dwarf is not available\n")
+    return 1
+  end
+  if not period then
+    -- above perf_event_max_sample_rate the kernel refuses the event: lower
+    -- it, as perf does (the kernel's own limit, read now; the warning only
+    -- for a rate the user asked for)
+    local want = freq or 999
+    local max = pe().sysctl().max_sample_rate
+    if max and max > 0 and want > max then
+      if freq then
+        io.stderr:write(format("warning: Maximum frequency rate (%d Hz) exceeded, throttling from %d Hz to %d Hz.\n"
+          .. "         The limit can be raised via /proc/sys/kernel/perf_event_max_sample_rate.\n"
+          .. "         The kernel will lower it when luaperf's interrupts take too long.\n", max, freq, max))
+      end
+      want = max
+    end
+    freq = want
+  end
   c.catch_signals()
 
   local spec = o.events[1] or { type = "software", config = SW.cpu_clock, name = "cpu-clock" }
@@ -542,7 +662,8 @@ function M.record(argv)
   -- or tracepoint whose sample_type has PERIOD (perf_swevent_event), so
   -- the period would be ignored; perf leaves it out as well
   local sample_type = period and "ip|tid|time|cpu" or "ip|tid|time|period|cpu"
-  if o["call-graph"] then sample_type = sample_type .. "|callchain" end
+  if cg then sample_type = sample_type .. "|callchain" end
+  if cg and cg.mode == "dwarf" then sample_type = sample_type .. "|regs_user|stack_user" end
   -- perf.data for a .data file unless --folded (perf_event.perfdata); a
   -- tracepoint's fields go with it (RAW), as perf record samples them
   local path = o.output or "perf.folded"
@@ -597,11 +718,19 @@ function M.record(argv)
     attr.sample_id_all = true
     attr.wakeup_events = 0
     attr.watermark = false
+    if cg and cg.mode == "dwarf" then
+      -- the kernel's chain stops at user space; the user part is unwound
+      -- from the registers and stack copy (core.unwind)
+      attr.exclude_callchain_user = true
+      attr.sample_regs_user = c.unwind_regs
+      attr.sample_stack_user = cg.size
+    end
     -- perf's fallbacks (perf_event.resolve): user-space only on EACCES,
     -- no exclude_guest on EINVAL
     local r = { attr = attr, name = specs[1].name, explicit = specs[1].explicit, guest = specs[1].guest }
     local ev
-    ev, err = R.open(r, { pid = slot.tid, cpu = cpu, pages = 64 })
+    -- a DWARF sample carries a stack copy (8 KiB by default): a bigger ring
+    ev, err = R.open(r, { pid = slot.tid, cpu = cpu, pages = (cg and cg.mode == "dwarf") and 512 or 64 })
     if not ev then
       -- a smaller ring when the mlock budget is tight
       ev, err = R.open(r, { pid = slot.tid, cpu = cpu, pages = 8 })
@@ -658,6 +787,7 @@ function M.record(argv)
           sym:load_maps(rec.pid)   -- started before we saw its mmaps
         end
         seen_pid[rec.pid] = true
+        if cg and cg.mode == "dwarf" then rec.callchain = sym:unwind(rec) or rec.callchain end
         folder.add(rec)
       else
         sym:record(rec)

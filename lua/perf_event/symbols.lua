@@ -1,13 +1,15 @@
 --- perf_event.symbols: addresses to function names, in pure Lua.
 -- User addresses go through the mappings of the process (MMAP/MMAP2 records
 -- or /proc/PID/maps) to a file offset, then through the ELF program headers
--- to a link-time address, then to the `.symtab`/`.dynsym` symbol covering it.
+-- to a link-time address, then to the `.symtab`/`.dynsym` symbol covering it
+-- (the file's own, or its separate debug file's: /usr/lib/debug/.build-id,
+-- .gnu_debuglink).
 -- Kernel addresses go through `/proc/kallsyms` when it shows real addresses.
 -- No external tools are run.
 --
 --    local sym = pe.symbols.new()
 --    sym:load_maps("self")                  -- or feed records: sym:record(rec)
---    print(sym:name(addr))                  -- "pet_spin", "libc.so.6+0x2a3f0", "[unknown]"
+--    print(sym:name(addr))                  -- "pet_spin", "[libfoo.so]", "[unknown]"
 --    local frames = sym:callchain(rec.callchain, rec.pid)   -- leaf first
 -- @module perf_event.symbols
 
@@ -93,13 +95,82 @@ local function read_at(f, off, len)
 end
 
 local STT_FUNC, STT_GNU_IFUNC = 2, 10
-local SHT_SYMTAB, SHT_DYNSYM = 2, 11
+local STB_LOCAL, STB_WEAK = 0, 2
+local SHT_SYMTAB, SHT_NOTE, SHT_DYNSYM = 2, 7, 11
 local PT_LOAD = 1
+local NT_GNU_BUILD_ID = 3
 
 local Elf = {}
 Elf.__index = Elf
 
---- Reads the symbol tables and load segments of an ELF64 little-endian file.
+-- leading underscores of a name
+local function underscores(name)
+  local u = name:match("^_*")
+  return #u
+end
+
+-- Of two function symbols at one address, the one perf keeps (its
+-- choose_best_symbol): a sized one, then non-weak, then global, then the
+-- one with fewer leading underscores, then the longer name; on a tie the
+-- one earlier in the table (b, seen first) stays.
+local function better(a, b)
+  if (a.size == 0) ~= (b.size == 0) then return a.size ~= 0 end
+  if (a.bind == STB_WEAK) ~= (b.bind == STB_WEAK) then return b.bind == STB_WEAK end
+  if (a.bind == STB_LOCAL) ~= (b.bind == STB_LOCAL) then return b.bind == STB_LOCAL end
+  local ua, ub = underscores(a.name), underscores(b.name)
+  if ua ~= ub then return ua < ub end
+  return #a.name > #b.name
+end
+
+-- the build-id of a GNU note section's bytes, as lower-case hex
+local function note_build_id(s)
+  local o = 0
+  while o + 12 <= #s do
+    local namesz, descsz, ntype = u32(s, o), u32(s, o + 4), u32(s, o + 8)
+    local name_at = o + 12
+    local desc_at = name_at + floor((namesz + 3) / 4) * 4
+    if ntype == NT_GNU_BUILD_ID and sub(s, name_at + 1, name_at + 3) == "GNU"
+       and desc_at + descsz <= #s then
+      return (sub(s, desc_at + 1, desc_at + descsz):gsub(".", function(c)
+        return format("%02x", byte(c)) end))
+    end
+    o = desc_at + floor((descsz + 3) / 4) * 4
+  end
+  return nil
+end
+
+-- the index of the symbol of sorted `syms` covering vaddr (a symbol of
+-- size 0 covers up to the next one, as perf's symbols__fixup_end makes it)
+local function covering(syms, vaddr)
+  local lo, hi, best = 1, #syms, nil
+  while lo <= hi do
+    local mid = floor((lo + hi) / 2)
+    if syms[mid].addr <= vaddr then best = mid; lo = mid + 1 else hi = mid - 1 end
+  end
+  if not best then return nil end
+  local s = syms[best]
+  if s.size > 0 and vaddr >= s.addr + s.size then return nil end
+  return best
+end
+
+-- syms (sorted) with the PLT entries no symbol covers: perf's lookup finds
+-- a symbol stretched over the PLT (an `_init` of size 0) before its own
+-- PLT names
+local function with_plt(syms, plt)
+  if not plt or #plt == 0 then return syms end
+  local out = {}
+  for i, s in ipairs(syms) do out[i] = s end
+  for _, p in ipairs(plt) do
+    if not covering(syms, p.addr) then out[#out + 1] = p end
+  end
+  table.sort(out, function(a, b) return a.addr < b.addr end)
+  return out
+end
+
+--- Reads the symbol tables and load segments of an ELF64 little-endian file,
+-- with its GNU build-id (`elf.build_id`, hex) and `.gnu_debuglink` name
+-- (`elf.debuglink`) when it has them.  Function symbols of `.symtab` and
+-- `.dynsym` at one address keep one name, the one perf shows.
 -- @tparam string path
 -- @treturn[1] table elf object with `:find(vaddr)` and `:vaddr(file_offset)`
 -- @treturn[2] nil
@@ -119,7 +190,7 @@ function M.read_elf(path)
   local elf = setmetatable({ path = path, etype = u16(h, 16), loads = {}, syms = {} }, Elf)
   local phoff, shoff = u64(h, 32), u64(h, 40)
   local phentsize, phnum = u16(h, 54), u16(h, 56)
-  local shentsize, shnum = u16(h, 58), u16(h, 60)
+  local shentsize, shnum, shstrndx = u16(h, 58), u16(h, 60), u16(h, 62)
   local ph = read_at(f, phoff, phentsize * phnum) or ""
   for i = 0, phnum - 1 do
     local o = i * phentsize
@@ -133,15 +204,30 @@ function M.read_elf(path)
   for i = 0, shnum - 1 do
     local o = i * shentsize
     if o + 64 <= #sh then
-      secs[i] = { type = u32(sh, o + 4), offset = u64(sh, o + 24), size = u64(sh, o + 32),
-                  link = u32(sh, o + 40), entsize = u64(sh, o + 56) }
+      secs[i] = { name = u32(sh, o), type = u32(sh, o + 4), addr = u64(sh, o + 16), offset = u64(sh, o + 24),
+                  size = u64(sh, o + 32), link = u32(sh, o + 40), entsize = u64(sh, o + 56) }
     end
   end
-  local syms, seen = {}, {}
+  local names = secs[shstrndx] and read_at(f, secs[shstrndx].offset, secs[shstrndx].size)
+  local named = {}
+  for i = 0, shnum - 1 do
+    local s = secs[i]
+    local name = s and names and s.name < #names and cstr(names, s.name)
+    if name then named[name] = s end
+    if name == ".gnu_debuglink" and s.size < 4096 then
+      local d = read_at(f, s.offset, s.size)
+      elf.debuglink = d and cstr(d, 0) ~= "" and cstr(d, 0) or nil
+    elseif s and s.type == SHT_NOTE and not elf.build_id and s.size < 4096 then
+      local d = read_at(f, s.offset, s.size)
+      elf.build_id = d and note_build_id(d)
+    end
+  end
+  local best = {}   -- address -> symbol
   for _, want in ipairs({ SHT_SYMTAB, SHT_DYNSYM }) do
     for i = 0, shnum - 1 do
       local s = secs[i]
       if s and s.type == want and s.entsize >= 24 and secs[s.link] then
+        if want == SHT_SYMTAB then elf.symtab = true end
         local tab = read_at(f, s.offset, s.size)
         local str = read_at(f, secs[s.link].offset, secs[s.link].size)
         if tab and str then
@@ -151,10 +237,11 @@ function M.read_elf(path)
             if (stype == STT_FUNC or stype == STT_GNU_IFUNC) and u16(tab, o + 6) ~= 0 then
               local value = u64(tab, o + 8)
               local name = cstr(str, u32(tab, o))
-              -- .symtab first: its entry wins over the .dynsym duplicate
-              if value ~= 0 and name ~= "" and not seen[value] then
-                seen[value] = true
-                syms[#syms + 1] = { addr = value, size = u64(tab, o + 16), name = name }
+              if value ~= 0 and name ~= "" then
+                local sym = { addr = value, size = u64(tab, o + 16), name = name,
+                              bind = floor(info / 16) }
+                local old = best[value]
+                if not old or (old.name ~= name and better(sym, old)) then best[value] = sym end
               end
             end
           end
@@ -162,9 +249,41 @@ function M.read_elf(path)
       end
     end
   end
+  -- perf's PLT symbols, "name@plt" ("@plt" for a relocation without a
+  -- symbol, as libc's IRELATIVE ones): one entry per .rela.plt relocation,
+  -- in .plt.sec when the file has one, else after .plt's first entry
+  -- (x86-64 layout)
+  elf.plt = {}
+  local rela, plt = named[".rela.plt"], named[".plt.sec"] or named[".plt"]
+  local dyn = rela and secs[rela.link]
+  if plt and dyn and rela.entsize >= 24 and rela.size < 1048576 and secs[dyn.link] then
+    local tab, dsyms = read_at(f, rela.offset, rela.size), read_at(f, dyn.offset, dyn.size)
+    local dstr = read_at(f, secs[dyn.link].offset, secs[dyn.link].size)
+    local step = plt.entsize > 0 and plt.entsize or 16
+    local at = plt.addr + (named[".plt.sec"] and 0 or step)
+    if tab and dsyms and dstr then
+      -- the entries follow their GOT slots (r_offset), as objdump and newer
+      -- perf pair them, not the order of the relocations
+      local relocs = {}
+      for o = 0, rela.size - rela.entsize, rela.entsize do
+        local symidx = u32(tab, o + 12)          -- ELF64_R_SYM: r_info's high half
+        local name = ""
+        if symidx > 0 and (symidx + 1) * 24 <= #dsyms then name = cstr(dstr, u32(dsyms, symidx * 24)) end
+        relocs[#relocs + 1] = { slot = u64(tab, o), name = name }
+      end
+      table.sort(relocs, function(a, b) return a.slot < b.slot end)
+      for _, r in ipairs(relocs) do
+        elf.plt[#elf.plt + 1] = { addr = at, size = step, name = r.name .. "@plt", bind = 1 }
+        at = at + step
+      end
+    end
+  end
   f:close()
+  local syms = {}
+  for _, sym in pairs(best) do syms[#syms + 1] = sym end
   table.sort(syms, function(a, b) return a.addr < b.addr end)
-  elf.syms = syms
+  elf.file_syms = syms
+  elf.syms = with_plt(syms, elf.plt)
   return elf
 end
 
@@ -180,30 +299,90 @@ end
 
 --- The symbol covering a link-time address: name, offset into it.
 function Elf:find(vaddr)
-  local syms = self.syms
-  local lo, hi = 1, #syms
-  local best
-  while lo <= hi do
-    local mid = floor((lo + hi) / 2)
-    if syms[mid].addr <= vaddr then best = mid; lo = mid + 1 else hi = mid - 1 end
-  end
-  if not best then return nil end
-  local s = syms[best]
-  if s.size > 0 and vaddr >= s.addr + s.size then return nil end
+  local i = covering(self.syms, vaddr)
+  if not i then return nil end
+  local s = self.syms[i]
   return s.name, vaddr - s.addr
+end
+
+--- Where separate debug information is looked for, as gdb and perf do:
+-- `<dir>/.build-id/xx/yyyy.debug` by build-id, then the `.gnu_debuglink`
+-- name next to the file, in its `.debug/` and under `<dir>/<file's dir>/`.
+-- Debian's `*-dbg` packages (libc6-dbg) install there.
+M.debug_dirs = { "/usr/lib/debug" }
+
+local function readable(p)
+  local f = io.open(p, "rb")
+  if f then f:close() return true end
+  return false
+end
+
+--- The separate debug file of an ELF file read by read_elf, or nil.  A
+-- candidate with a build-id must have the file's build-id.
+-- @tparam table elf
+-- @treturn string|nil path
+function M.debug_file(elf)
+  local cands = {}
+  local id = elf.build_id
+  if id and #id > 2 then
+    for _, d in ipairs(M.debug_dirs) do
+      cands[#cands + 1] = d .. "/.build-id/" .. sub(id, 1, 2) .. "/" .. sub(id, 3) .. ".debug"
+    end
+  end
+  local link = elf.debuglink
+  if link and not find(link, "/", 1, true) then
+    local dir = elf.path:match("^(.*)/[^/]*$") or "."
+    cands[#cands + 1] = dir .. "/" .. link
+    cands[#cands + 1] = dir .. "/.debug/" .. link
+    for _, d in ipairs(M.debug_dirs) do cands[#cands + 1] = d .. dir .. "/" .. link end
+  end
+  for _, c in ipairs(cands) do
+    if c ~= elf.path and readable(c) then
+      local ok, dbg = pcall(M.read_elf, c)
+      if ok and dbg and (not id or not dbg.build_id or dbg.build_id == id) then return c, dbg end
+    end
+  end
+  return nil
+end
+
+-- the file's own symbols with those of its debug file: the debug file's
+-- name wins at an address both have (its .symtab knows the local ones)
+local function with_debuginfo(elf)
+  if elf.symtab and not elf.debuglink and not elf.build_id then return elf end
+  local path, dbg = M.debug_file(elf)
+  if not path or #dbg.file_syms == 0 then return elf end
+  local at, syms = {}, {}
+  for _, s in ipairs(dbg.file_syms) do at[s.addr] = true; syms[#syms + 1] = s end
+  for _, s in ipairs(elf.file_syms) do
+    if not at[s.addr] then syms[#syms + 1] = s end
+  end
+  table.sort(syms, function(a, b) return a.addr < b.addr end)
+  elf.file_syms = syms
+  elf.syms = with_plt(syms, elf.plt)
+  elf.debug_path = path
+  return elf
 end
 
 local elf_cache = {}   -- path -> elf | false
 
-local function elf_for(path)
+--- The ELF file `path` as the symbolizer uses it: read_elf, with the
+-- symbols of its separate debug file (see debug_file; `elf.debug_path`).
+-- Cached per path.
+-- @treturn table|nil
+function M.elf(path)
   local e = elf_cache[path]
   if e == nil then
     local ok, res = pcall(M.read_elf, path)
     e = ok and res or false
+    if e then
+      local ok2, full = pcall(with_debuginfo, e)
+      e = ok2 and full or e
+    end
     elf_cache[path] = e
   end
   return e or nil
 end
+local elf_for = M.elf
 
 -- ---------------------------------------------------------------- kernel
 
@@ -260,7 +439,9 @@ local Sym = {}
 Sym.__index = Sym
 
 --- A new symbolizer: keeps the mappings of each process it is told about.
--- @tparam[opt] table opts `kernel=false` to never read /proc/kallsyms
+-- @tparam[opt] table opts `kernel=false` to never read /proc/kallsyms;
+--   `offsets=true` to name code without a symbol `"lib.so+0x1f0"` (its file
+--   offset, for addr2line) instead of `"[lib.so]"`
 function M.new(opts)
   return setmetatable({ maps = {}, opts = opts or {} }, Sym)
 end
@@ -357,8 +538,12 @@ local function find_map(list, a)
 end
 
 --- Resolves an address of process `pid` (user or kernel).
--- @return name (`"func"`, `"lib.so+0x1f0"`, `"[unknown]"`), the offset
---   into the function (or nil), the module (file basename or `"[kernel]"`)
+-- User code is named from the file's `.symtab`/`.dynsym` or those of its
+-- separate debug file (see debug_file); code of a file without a symbol for
+-- it is `"[lib.so]"` (the offset returned is then the file offset).
+-- @return name (`"func"`, `"[lib.so]"`, `"[vdso]"`, `"[unknown]"`), the
+--   offset into the function or file (or nil), the module (file basename or
+--   `"[kernel]"`)
 function Sym:lookup(addr, pid)
   local h = M.hex(addr)
   if not h then return "[unknown]" end
@@ -381,8 +566,12 @@ function Sym:lookup(addr, pid)
       if name then return name, off, basename(file) end
     end
   end
-  if sub(file, 1, 1) == "[" then return file, nil, file end
-  return format("%s+0x%x", basename(file), fileoff), nil, basename(file)
+  if sub(file, 1, 1) == "[" then return file, fileoff, file end
+  local base = basename(file)
+  if self.opts.offsets then return format("%s+0x%x", base, fileoff), nil, base end
+  -- code without a symbol: one name per file, as perf's "[unknown]" in
+  -- that file, so that a stack keeps one frame for it, not one per address
+  return "[" .. base .. "]", fileoff, base
 end
 
 --- The name alone (see lookup).
@@ -391,7 +580,8 @@ function Sym:name(addr, pid)
 end
 
 --- Names the frames of a sample's callchain, leaf first, without the
--- PERF_CONTEXT_* markers; consecutive [unknown] frames count as one.
+-- PERF_CONTEXT_* markers; consecutive frames of one bracketed name
+-- (`[unknown]`, `[lib.so]`, `[vdso]`) count as one.
 -- Return addresses (every frame after the first of a context) are looked
 -- up at addr-1 so a call at the very end of a function still names it.
 -- @param chain the record's `callchain` array
@@ -414,12 +604,46 @@ function Sym:callchain(chain, pid)
       end
       local name = self:name(look, pid)
       -- code without frame pointers (JIT traces) yields runs of garbage
-      -- return addresses: one [unknown] stands for the run
-      if name ~= "[unknown]" or out[#out] ~= "[unknown]" then out[#out + 1] = name end
+      -- return addresses: one [unknown] (or one "[lib.so]" for a file's
+      -- code without symbols) stands for the run
+      if sub(name, 1, 1) ~= "[" or out[#out] ~= name then out[#out + 1] = name end
       first = false
     end
   end
   return out
+end
+
+--- The callchain of a sample taken with DWARF call graphs
+-- (`sample_type` regs_user, stack_user, `sample_regs_user = core.unwind_regs`):
+-- the kernel part of `rec.callchain` as the kernel gave it, then a "user"
+-- marker and the user frames core.unwind finds in the sampled stack with the
+-- call frame information of the process's mapped files (elfutils' libdw).
+-- The result goes to `callchain` like any chain.
+-- @tparam table rec a decoded sample
+-- @treturn[1] table callchain
+-- @treturn[2] nil
+-- @treturn[2] string why not (built without libdw, no user registers)
+function Sym:unwind(rec)
+  local core = require("perf_event.core")
+  local chain = {}
+  for _, a in ipairs(rec.callchain or {}) do
+    if context_of(a) == "user" then break end
+    chain[#chain + 1] = a
+  end
+  if not (rec.regs_user and rec.stack_user) then return nil, "the sample has no user registers and stack" end
+  local maps = self.maps[rec.pid]
+  if not maps then return nil, "no mappings known for pid " .. tostring(rec.pid) end
+  -- registers as "0x..." strings: every decoder's 64-bit form becomes one
+  local regs = {}
+  for k, v in pairs(rec.regs_user) do
+    local h = M.hex(v)
+    regs[k] = h and "0x" .. h or v
+  end
+  local pcs, err = core.unwind(maps, regs, rec.stack_user, self.opts.max_stack)
+  if not pcs then return nil, err end
+  chain[#chain + 1] = "user"
+  for _, pc in ipairs(pcs) do chain[#chain + 1] = pc end
+  return chain
 end
 
 --- Forgets the cached ELF files and kallsyms (e.g. after a library changed).
