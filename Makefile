@@ -55,7 +55,7 @@ endif
 
 TARGET := $(OUTDIR)/perf_event/core.so
 
-.PHONY: all asan rock test test-user test-asan test-sysctl lint clean bench doc bench-read bench-records bench-nginx
+.PHONY: all asan rock test test-user test-asan test-sysctl lint clean bench doc bench-read bench-records bench-nginx bench-record
 all: $(TARGET)
 
 $(TARGET): $(call objs_of,$(LUA)) Makefile
@@ -146,7 +146,9 @@ bench-records: all
 	bench/records/run.sh 50000 15
 bench-nginx: all fixtures
 	bench/nginx/run.sh 3 11
-bench: bench-read bench-records bench-nginx
+bench-record: all fixtures
+	bench/record/run.sh 300000000 5
+bench: bench-read bench-records bench-nginx bench-record
 
 # the LDoc reference (lua-ldoc) -> doc/reference/
 doc:

@@ -99,15 +99,16 @@ describe("luaperf stat, as perf stat", function()
     U.need(sh("command -v strace") ~= "", "strace is not installed")
     local function group_fds(cmd)
       local fds = {}
-      for fd in sh("strace -f -e trace=perf_event_open " .. cmd .. " 2>&1 >/dev/null")
-                 :gmatch("perf_event_open%(%b{}, %-?%d+, %-?%d+, (%-?%d+), [^)]*%) = %d+") do
+      -- -qq: no attach/exit notes; one traced call per line
+      local text = sh("strace -f -qq -e trace=perf_event_open -e signal=none " .. cmd .. " 2>&1 >/dev/null")
+      for fd in text:gmatch("perf_event_open%(%b{}, %-?%d+, %-?%d+, (%-?%d+), [^)]*%) = %d+") do
         fds[#fds + 1] = tonumber(fd)
       end
-      return fds
+      return fds, text
     end
-    local ours = group_fds(interp .. " bin/luaperf stat -e '{task-clock,page-faults}' -- true")
+    local ours, text = group_fds(interp .. " bin/luaperf stat -e '{task-clock,page-faults}' -- true")
     local theirs = group_fds("perf stat -e '{task-clock,page-faults}' -- true")
-    assert.equal(2, #ours)
+    assert.equal(2, #ours, text)
     assert.equal(-1, ours[1])
     assert.truthy(ours[2] >= 0, "the member has a group_fd")
     assert.equal(-1, theirs[#theirs - 1])
@@ -302,9 +303,10 @@ describe("luaperf record, bugs found against perf", function()
                          or out:match("^petarget;pet_spin_inner (%d+)\n"))
       assert.truthy(n and n > 0, out)
       if have_perf then
-        sh("perf record -q -p " .. pid .. " -o /tmp/luaperf-cli-stat.data -- sleep 0.2")
-        local script = sh("perf script -F tid -i /tmp/luaperf-cli-stat.data 2>/dev/null")
-        os.remove("/tmp/luaperf-cli-stat.data")
+        local data = os.tmpname()       -- per run: two make test at once
+        sh("perf record -q -p " .. pid .. " -o " .. data .. " -- sleep 0.2")
+        local script = sh("perf script -F tid -i " .. data .. " 2>/dev/null")
+        os.remove(data)
         assert.is_nil(script:find("^%s*" .. pid .. "\n"), "perf, too, finds only the workers")
         assert.truthy(script:find("%d"), "perf finds samples")
       end
@@ -329,8 +331,9 @@ describe("luaperf record, bugs found against perf", function()
     local n = tonumber(out:match("luaperf record: (%d+) samples"))
     assert.truthy(n and n >= 1 and n <= math.ceil(faults / 10) + 2, out .. " faults=" .. faults)
     need_perf()
-    local vv = perf("record -vv -c 10 -e page-faults -o /tmp/luaperf-cli-stat.data -- " .. cmd)
-    os.remove("/tmp/luaperf-cli-stat.data")
+    local data = os.tmpname()
+    local vv = perf("record -vv -c 10 -e page-faults -o " .. data .. " -- " .. cmd)
+    os.remove(data)
     local st = vv:match("sample_type%s+([%u|]+)")
     assert.truthy(st and not st:find("PERIOD"), vv)
   end)

@@ -459,7 +459,7 @@ local function check_regs(pe)
   end
   -- only samples in LuaJIT's own code count: under ASan, or at this rate,
   -- some land in the signal handler or libc, where rbx is not the PC
-  local sym = pe.symbols.new({ kernel = false })
+  local sym = pe.symbols.new({ kernel = false, offsets = true })
   sym:load_maps("self")
   for rec in ev:records() do
     local _, _, module = sym:lookup(rec.ip)
@@ -706,7 +706,7 @@ end
 function Profile:drain()
   if not self.ev then return self end
   if not self.sym then
-    self.sym = pe_module().symbols.new({ kernel = false })
+    self.sym = pe_module().symbols.new({ kernel = false, offsets = true })
   end
   self.sym:load_maps("self")
   local samples = self.samples
