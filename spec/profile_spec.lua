@@ -322,8 +322,9 @@ describe("pe.profile", function()
       local _, _, late2 = pe.core._private.luaprof_read()
       assert.equal(late, late2)
       -- nearly every sample had its signal (the last ones may come after
-      -- stop, and the kernel may merge two wakeups into one)
-      assert.is_true(p.nsigs >= 0.95 * p.nsamples, p.nsigs .. " signals, " .. p.nsamples .. " samples")
+      -- stop, and the kernel may merge two wakeups into one: 93 % was seen
+      -- with two make test running at once on 2 CPUs)
+      assert.is_true(p.nsigs >= 0.85 * p.nsamples, p.nsigs .. " signals, " .. p.nsamples .. " samples")
     end)
   end
 
