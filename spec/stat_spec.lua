@@ -53,6 +53,8 @@ describe("pe.stat", function()
   end)
 
   it("prints like perf stat: header, value, unit, event, metric, elapsed", function()
+    -- as a user perf's fallback adds :u to every name (its own test below)
+    U.need_kernel()
     local r = assert(pe.stat(function() open_close(5) end, {
       { type = "software", config = 1, name = "task-clock" },
       { type = "software", config = 2, name = "page-faults" },
@@ -73,6 +75,8 @@ describe("pe.stat", function()
   end)
 
   it("writes perf's -x CSV columns", function()
+    -- as a user perf's fallback adds :u to every name (its own test below)
+    U.need_kernel()
     local r = assert(pe.stat(function() open_close(3) end, {
       { type = "software", config = 1, name = "task-clock" },
       { type = "software", config = 3, name = "context-switches" },
@@ -193,10 +197,8 @@ describe("counter sets", function()
     if pe_ok then pe_ok:close() pending("a hardware PMU: cycles opens here") return end
     local set = assert(stat.open("page-faults,cycles", { disabled = true, keep_going = true }))
     set:enable()
-    local t = {}
-    for i = 1, 20000 do t[i] = { i } end
+    require("petest").touch_pages(64)     -- 64 fresh pages: 64 faults at least
     set:disable()
-    assert.equal(20000, #t)
     local r = set:read()
     set:close()
     assert.is_true(r[1].counted)
