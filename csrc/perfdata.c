@@ -119,19 +119,6 @@ static void add_trailer(luaL_Buffer *b, uint64_t st, int sid_all, uint32_t pid, 
     if (st & zero_after[i]) luaL_addlstring(b, (const char *)&z, 8);
 }
 
-static size_t trailer_size(uint64_t st, int sid_all)
-{
-  size_t n = 0;
-  if (!sid_all) return 0;
-  if (st & PE_SAMPLE_TID) n += 8;
-  if (st & PE_SAMPLE_TIME) n += 8;
-  if (st & PE_SAMPLE_ID) n += 8;
-  if (st & PE_SAMPLE_STREAM_ID) n += 8;
-  if (st & PE_SAMPLE_CPU) n += 8;
-  if (st & PE_SAMPLE_IDENTIFIER) n += 8;
-  return n;
-}
-
 /* pushes one record: header, the fixed body, a NUL-padded string (to 8) */
 static void push_rec(lua_State *L, uint32_t type, uint16_t misc, const void *body, size_t blen,
                      const char *str, uint64_t st, int sid_all, uint32_t pid, uint32_t tid)
@@ -142,7 +129,7 @@ static void push_rec(lua_State *L, uint32_t type, uint16_t misc, const void *bod
   static const char zeros[8];
   h.type = type;
   h.misc = misc;
-  h.size = (uint16_t)(sizeof h + blen + slen + pad + trailer_size(st, sid_all));
+  h.size = (uint16_t)(sizeof h + blen + slen + pad + (sid_all ? pe_sample_id_size(st) : 0));
   luaL_buffinit(L, &b);
   luaL_addlstring(&b, (const char *)&h, sizeof h);
   luaL_addlstring(&b, (const char *)body, blen);

@@ -17,6 +17,7 @@
 -- @module perf_event.perfdata
 
 local core = require("perf_event.core")
+local fs = require("perf_event.fs")
 
 local io, string, table = io, string, table
 local ipairs, pairs, tostring, tonumber, type, pcall, setmetatable = ipairs, pairs, tostring, tonumber, type,
@@ -59,23 +60,14 @@ local function pstring(s)
 end
 M.pstring = pstring
 
+-- the one-line files of /proc and /sys (fs.read strips the newline)
 local function read_first_line(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local l = f:read("*l")
-  f:close()
-  return l
+  return fs.read(path)
 end
 
--- number of CPUs in a list like "0-3,5"
+-- number of CPUs in a list like "0-3,5" (pmu.parse_cpus)
 local function count_cpus(list)
-  local n = 0
-  for part in (list or ""):gmatch("[^,]+") do
-    local a, b = part:match("^%s*(%d+)%-(%d+)")
-    if a then n = n + tonumber(b) - tonumber(a) + 1
-    elseif part:match("%d") then n = n + 1 end
-  end
-  return n
+  return #require("perf_event.pmu").parse_cpus(list)
 end
 
 local function arch()
@@ -256,11 +248,7 @@ end
 
 -- one BUILD_ID entry: header, pid, 20+4 bytes of id and size, padded name
 local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
+  return fs.read(path, true)
 end
 
 local TRACEFS = { "/sys/kernel/tracing", "/sys/kernel/debug/tracing" }

@@ -125,15 +125,9 @@ local Set = {}
 Set.__index = Set
 
 local function online_cpus()
-  local f = io.open("/sys/devices/system/cpu/online", "r")
-  local s = f and f:read("*l") or "0"
-  if f then f:close() end
-  local cpus = {}
-  for part in s:gmatch("[^,]+") do
-    local a, b = part:match("^(%d+)%-(%d+)$")
-    if a then for c = tonumber(a), tonumber(b) do cpus[#cpus + 1] = c end
-    else cpus[#cpus + 1] = tonumber(part) end
-  end
+  local cpus = require("perf_event.pmu").parse_cpus(
+    require("perf_event.fs").read("/sys/devices/system/cpu/online"))
+  if #cpus == 0 then cpus[1] = 0 end
   return cpus
 end
 M.online_cpus = online_cpus
