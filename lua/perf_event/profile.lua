@@ -269,18 +269,23 @@ function Reg:add_tree(obj, off, seen)
   end
 end
 
+-- the entry of `list` (sorted by .lo) with the greatest lo <= a, or nil
+local function last_at_or_below(list, a)
+  local lo, hi, best = 1, #list, nil
+  while lo <= hi do
+    local mid = floor((lo + hi) / 2)
+    if list[mid].lo <= a then best = mid; lo = mid + 1 else hi = mid - 1 end
+  end
+  return best and list[best]
+end
+
 function Reg:find_bc(a)
   local ps = self.protos
   if not self.sorted then
     sort(ps, function(x, y) return x.lo < y.lo end)
     self.sorted = true
   end
-  local lo, hi, best = 1, #ps, nil
-  while lo <= hi do
-    local mid = floor((lo + hi) / 2)
-    if ps[mid].lo <= a then best = mid; lo = mid + 1 else hi = mid - 1 end
-  end
-  local e = best and ps[best]
+  local e = last_at_or_below(ps, a)
   if e and a < e.hi then return e end
   return nil
 end
@@ -326,12 +331,7 @@ function Reg:find_trace(a, t)
     sort(ts, function(x, y) return x.lo < y.lo end)
     self.tsorted = ts
   end
-  local lo, hi, best = 1, #ts, nil
-  while lo <= hi do
-    local mid = floor((lo + hi) / 2)
-    if ts[mid].lo <= a then best = mid; lo = mid + 1 else hi = mid - 1 end
-  end
-  local e = best and ts[best]
+  local e = last_at_or_below(ts, a)
   if e and a < e.hi and (not t or t >= e.t0) then return e end
   if t then
     for _, d in ipairs(self.dead) do
