@@ -4,12 +4,7 @@
 local U = require("support.util")
 local interp = jit and "luajit" or _VERSION:gsub("Lua ", "lua")
 
-local function sh(cmd)
-  local p = io.popen(cmd)
-  local out = p:read("*a")
-  p:close()
-  return out
-end
+local sh = U.sh
 
 -- runs luaperf with stdout+stderr together; returns the text and the exit code
 local function run(args)

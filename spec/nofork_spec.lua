@@ -6,12 +6,7 @@
 -- marker shows that the count would see a fork if there were one.
 local U = require("support.util")
 
-local function sh(cmd)
-  local p = io.popen(cmd)
-  local s = p:read("*a")
-  p:close()
-  return s
-end
+local sh = U.sh
 
 local function have(cmd)
   return sh("command -v " .. cmd .. " 2>/dev/null") ~= ""

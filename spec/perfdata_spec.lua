@@ -9,12 +9,7 @@ local core = require("perf_event.core")
 
 local interp = U.lua_cmd()
 
-local function sh(cmd)
-  local p = io.popen(cmd)
-  local out = p:read("*a")
-  p:close()
-  return out
-end
+local sh = U.sh
 
 local function luaperf(args)
   local out = sh(interp .. " bin/luaperf " .. args .. " 2>&1; echo \"rc=$?\"")

@@ -17,12 +17,7 @@ local U = require("support.util")
 
 local interp = jit and "luajit" or _VERSION:gsub("Lua ", "lua")
 
-local function sh(cmd)
-  local p = io.popen(cmd)
-  local out = p:read("*a")
-  p:close()
-  return out
-end
+local sh = U.sh
 
 local have_strace = sh("command -v strace") ~= ""
 -- Kernel-mode counting allowed (root, CAP_PERFMON or paranoid < 2)?  If

@@ -1,13 +1,7 @@
 -- perf_event.symbols: ELF symbol tables checked against nm(1), address
 -- resolution through the process's mappings, kallsyms, callchains.
 local symbols = require("perf_event.symbols")
-
-local function sh(cmd)
-  local p = io.popen(cmd)
-  local s = p:read("*a")
-  p:close()
-  return s
-end
+local sh = require("support.util").sh
 
 local have_nm = sh("command -v nm") ~= ""
 

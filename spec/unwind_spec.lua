@@ -8,12 +8,7 @@ local U = require("support.util")
 local interp = jit and "luajit" or _VERSION:gsub("Lua ", "lua")
 local build = os.getenv("PE_BUILD") or (jit and "build" or "build/" .. _VERSION:gsub("Lua ", "lua"))
 
-local function sh(cmd)
-  local p = io.popen(cmd)
-  local s = p:read("*a")
-  p:close()
-  return s
-end
+local sh = U.sh
 
 local function run(cmd)
   local out = sh("(" .. cmd .. ") 2>&1; echo rc=$?")

@@ -218,6 +218,14 @@ function U.samples_only(recs)
   return out
 end
 
+--- the standard output of a shell command (stderr too with "2>&1" in cmd)
+function U.sh(cmd)
+  local p = io.popen(cmd)
+  local out = p:read("*a")
+  p:close()
+  return out
+end
+
 --- whether os.execute's result means exit status 0: a number on 5.1 and
 -- LuaJIT (where `assert(os.execute(...))` always passes), true/nil on 5.2+
 function U.exec_ok(r)
