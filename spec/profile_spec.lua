@@ -528,6 +528,15 @@ describe("pe.profile", function()
       total = total + c
     end
     assert.equal(p.nsamples, total)
+    -- aggregate(): the same groups as the folded lines, frames root first
+    local n, folded = 0, p:folded()
+    for _, e in ipairs(p:aggregate()) do
+      n = n + e.count
+      assert.truthy(folded:find(e.key .. " " .. e.count .. "\n", 1, true))
+      local leaf = e.frames[#e.frames]
+      if leaf.c and leaf.addr then assert.is_number(leaf.addr) end
+    end
+    assert.equal(p.nsamples, n)
     assert.matches("perf_event.profile%(cpu%-clock, full, %d+ samples%)", tostring(p))
   end)
 end)

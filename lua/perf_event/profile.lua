@@ -695,7 +695,7 @@ function Profile:_leaf(rec)
   if not (lua and vm) then
     -- a stripped library: the module stands for its unnamed addresses
     if module and name:find("+0x", 1, true) then name = "[" .. module .. "]" end
-    frames[#frames + 1] = { c = name }
+    frames[#frames + 1] = { c = name, addr = ip, module = module }
   end
   return frames
 end
@@ -766,16 +766,18 @@ local function frame_text(f, lines)
   return frame_name(f.lua, lines and f.line or nil)
 end
 
---- Folded stacks, root first, one "a;b;c N" line per distinct stack,
--- sorted by count (most first).
--- @tparam[opt] table opts `lines=false` names Lua frames by the line that
---   defines the function instead of the sampled line; `traces=true`
---   appends `[trace N]` to frames attributed through a trace
--- @treturn string
-function Profile:folded(opts)
+--- The samples grouped by stack, most first: the form the exporters
+-- (folded text, pprof, speedscope) read.
+-- @tparam[opt] table opts `lines=false` merges the lines of a function;
+--   `traces=true` keeps stacks through different traces apart
+-- @treturn table array of `{frames=, count=, key=}` (key: the folded text); `frames` is root first, each
+--   frame either `{lua=info, line=n, trace=N}` (info: `name`, `chunk`,
+--   `linedefined`, `lastlinedefined`) or `{c=name, addr=ip, module=path}`
+--   (addr and module when known)
+function Profile:aggregate(opts)
   opts = opts or {}
   local lines = opts.lines ~= false
-  local counts, order = {}, {}
+  local by, out = {}, {}
   for _, frames in ipairs(self.samples) do
     local parts = {}
     for i, f in ipairs(frames) do
@@ -784,12 +786,23 @@ function Profile:folded(opts)
       parts[i] = t
     end
     local k = concat(parts, ";")
-    if not counts[k] then counts[k] = 0; order[#order + 1] = k end
-    counts[k] = counts[k] + 1
+    local e = by[k]
+    if not e then e = { frames = frames, count = 0, key = k }; by[k] = e; out[#out + 1] = e end
+    e.count = e.count + 1
   end
-  sort(order, function(a, b) if counts[a] ~= counts[b] then return counts[a] > counts[b] end return a < b end)
+  sort(out, function(a, b) if a.count ~= b.count then return a.count > b.count end return a.key < b.key end)
+  return out
+end
+
+--- Folded stacks, root first, one "a;b;c N" line per distinct stack,
+-- sorted by count (most first).
+-- @tparam[opt] table opts `lines=false` names Lua frames by the line that
+--   defines the function instead of the sampled line; `traces=true`
+--   appends `[trace N]` to frames attributed through a trace
+-- @treturn string
+function Profile:folded(opts)
   local out = {}
-  for i, k in ipairs(order) do out[i] = k .. " " .. counts[k] end
+  for i, e in ipairs(self:aggregate(opts)) do out[i] = e.key .. " " .. e.count end
   return concat(out, "\n") .. (#out > 0 and "\n" or "")
 end
 
