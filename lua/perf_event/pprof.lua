@@ -21,11 +21,11 @@
 -- @module perf_event.pprof
 
 local string, table, math = string, table, math
-local type, tostring, tonumber, ipairs, pairs, pcall, require, error =
-      type, tostring, tonumber, ipairs, pairs, pcall, require, error
+local type, tostring, tonumber, ipairs, pairs, pcall, require, error, rawget =
+      type, tostring, tonumber, ipairs, pairs, pcall, require, error, rawget
 local char, format, sub, concat = string.char, string.format, string.sub, table.concat
 local floor = math.floor
-local mtype = math.type
+local mtype = rawget(math, "type")
 
 local M = {}
 
@@ -370,8 +370,6 @@ local function types_for(event)
          { type = event, unit = "count" }, event
 end
 
-local function basename(p) return (tostring(p):match("([^/]+)$")) or tostring(p) end
-
 -- a mapping table keyed by its identity: index into t.mappings
 local function mapping_set(t)
   local keys = {}
@@ -548,6 +546,25 @@ function M.recorder(sym, opts)
   function r.table()
     -- freq mode: the period varies by sample; the mean stands for it
     if not t.period and nperiods > 0 then t.period = periods / nperiods end
+    if r.sorted == #t.mappings then return t end
+    -- pprof takes the first mapping for the main binary: by address, the
+    -- executable (0x55...) comes before the libraries (0x7f...)
+    local order = {}
+    for i = 1, #t.mappings do order[i] = i end
+    table.sort(order, function(x, y)
+      local a, b = S.hex(t.mappings[x].start), S.hex(t.mappings[y].start)
+      if a ~= b then return a < b end
+      return x < y
+    end)
+    local new, maps = {}, {}
+    for i, old in ipairs(order) do new[old] = i; maps[i] = t.mappings[old] end
+    t.mappings = maps
+    for _, s in ipairs(t.samples) do
+      for _, fr in ipairs(s.frames) do
+        if fr.mapping then fr.mapping = new[fr.mapping] end
+      end
+    end
+    r.sorted = #t.mappings
     return t
   end
   return r
