@@ -17,9 +17,11 @@ local have_go = U.sh("command -v go 2>/dev/null") ~= ""
 local tmpdir = U.sh("mktemp -d 2>/dev/null"):gsub("%s+$", "")
 
 -- the Go tools under a temporary HOME and GOCACHE, without the ASan run's
--- LD_PRELOAD (go is not built for it)
+-- LD_PRELOAD (go is not built for it); -symbolize=none: the names as
+-- written (pprof would demangle the C++ names of ASan's interceptors)
 local function go_pprof(args)
-  return U.sh(("env -u LD_PRELOAD HOME=%s GOCACHE=%s/gocache go tool pprof %s 2>&1"):format(tmpdir, tmpdir, args))
+  return U.sh(("env -u LD_PRELOAD HOME=%s GOCACHE=%s/gocache go tool pprof -symbolize=none %s 2>&1")
+    :format(tmpdir, tmpdir, args))
 end
 
 local function need_go()
