@@ -502,11 +502,12 @@ function M.recorder(sym, opts)
   local add_map = mapping_set(t)
   local by = {}
   local r = { samples = 0, t = t }
-  local periods, nperiods = 0, 0
+  local periods, nperiods, pids = 0, 0, {}
   function r.add(rec)
     local chain = rec.callchain
     if not chain or #chain == 0 then chain = { rec.ip } end
     local pid = rec.pid
+    pids[pid] = true
     local leaf_first, keys = {}, { tostring(pid) }
     local first = true
     for _, a in ipairs(chain) do
@@ -547,6 +548,13 @@ function M.recorder(sym, opts)
     -- freq mode: the period varies by sample; the mean stands for it
     if not t.period and nperiods > 0 then t.period = periods / nperiods end
     if r.sorted == #t.mappings then return t end
+    -- each process's lowest file mapping (its executable, as loaded
+    -- first) is named even when no sample fell in it
+    for pid in pairs(pids) do
+      for _, m in ipairs(sym.maps[pid] or {}) do
+        if sub(m.file, 1, 1) == "/" then add_map(m) break end
+      end
+    end
     -- pprof takes the first mapping for the main binary: by address, the
     -- executable (0x55...) comes before the libraries (0x7f...)
     local order = {}
