@@ -48,12 +48,19 @@ end
 
 -- a non-negative integer: a Lua number, a 5.3+ integer, a LuaJIT uint64
 -- cdata or a "0x..." string (64-bit addresses come in all these forms)
+local small = {}   -- the varints of 0..65535 (ids, counts, lines), made once
 local function varint(v)
+  local c = small[v]
+  if c then return c end
   if type(v) == "number" and v >= 0 and v < 9007199254740992 and (not mtype or mtype(v) == "integer"
       or v == floor(v)) then
-    if v < 128 then return char(v) end
-    local hi = floor(v / 4294967296)
-    return varint_hl(hi, v - hi * 4294967296)
+    if v < 128 then c = char(v)
+    else
+      local hi = floor(v / 4294967296)
+      c = varint_hl(hi, v - hi * 4294967296)
+    end
+    if v < 65536 then small[v] = c end
+    return c
   end
   local h = symbols().hex(v)
   if not h then error(format("pprof: %s is not an unsigned 64-bit integer", tostring(v)), 3) end
@@ -262,8 +269,10 @@ function M.encode(t, opts)
   end
 
   local maps = t.mappings or {}
-  local locs, lkeys = {}, {}
+  local locs, lkeys, by_frame = {}, {}, {}
   local function loc_id(fr)
+    local known = by_frame[fr]
+    if known then return known end
     if type(fr) ~= "table" then error("pprof.encode: a frame must be a table", 4) end
     local fid = func_id(fr)
     local line = fr.line or fr.start_line or 0
@@ -288,6 +297,7 @@ function M.encode(t, opts)
       fb(m, 4, concat(ln))
       locs[id] = concat(m)
     end
+    by_frame[fr] = id   -- producers reuse one table for a repeated frame
     return id
   end
 
@@ -439,14 +449,22 @@ function M.profile_table(p, opts)
   local sym = p.sym
   local own = sym and sym.maps and sym.maps[sym.self_pid]
   local lines = opts.lines ~= false
+  local lua_frames = {}   -- info -> line -> frame: one table per function and line
   for _, e in ipairs(p:aggregate({ lines = opts.lines, traces = opts.traces })) do
     local frames = {}
     for i, f in ipairs(e.frames) do
       if f.lua then
         local info = f.lua
-        frames[i] = { name = info.name, file = info.chunk, start_line = info.linedefined,
-                      system_name = format("%s@%s:%d", info.name, info.chunk, info.linedefined),
-                      line = lines and f.line or info.linedefined }
+        local line = lines and f.line or info.linedefined
+        local by_line = lua_frames[info]
+        if not by_line then by_line = {}; lua_frames[info] = by_line end
+        local fr = by_line[line]
+        if not fr then
+          fr = { name = info.name, file = info.chunk, start_line = info.linedefined,
+                 system_name = format("%s@%s:%d", info.name, info.chunk, info.linedefined), line = line }
+          by_line[line] = fr
+        end
+        frames[i] = fr
       else
         local fr = { name = f.c, addr = f.addr }
         local a = f.addr and user_number(f.addr)
@@ -479,7 +497,7 @@ end
 -- named by the symbolizer `sym` (perf_event.symbols, fed with the
 -- process's maps and mmap records); each user address keeps its mapping
 -- (start, limit, file offset, file, build-id).  Samples of one stack and
--- one pid are summed.
+-- one pid are summed.  Each address is looked up once per set of mappings.
 -- @tparam table sym a perf_event.symbols symbolizer
 -- @tparam[opt] table opts `event` (name, "cpu-clock"), `period` (a fixed
 --   period, for samples without one), `comm` (function pid -> command name
@@ -503,6 +521,8 @@ function M.recorder(sym, opts)
   local by = {}
   local r = { samples = 0, t = t }
   local periods, nperiods, pids = 0, 0, {}
+  -- frames shared by the samples: mappings list -> "address[r]" -> frame
+  local frame_of, all, serial, none = {}, {}, {}, {}
   function r.add(rec)
     local chain = rec.callchain
     if not chain or #chain == 0 then chain = { rec.ip } end
@@ -515,14 +535,25 @@ function M.recorder(sym, opts)
       if not h or h >= ctx_min then
         first = true   -- a context marker: its first entry is an exact ip
       else
-        local n = sub(h, 1, 4) == "0000" and tonumber(h, 16)
-        local look = (n and not first) and n - 1 or a
-        local name = sym:lookup(look, pid)
-        local fr = { name = name, addr = n or ("0x" .. h) }
-        local m = n and find_map(sym.maps[pid], n)
-        if m then fr.mapping = add_map(m) end
+        -- the mappings' table is replaced whenever they change: a frame
+        -- resolved under one set is not reused under another
+        local list = sym.maps[pid] or none
+        local cache = frame_of[list]
+        if not cache then cache = {}; frame_of[list] = cache end
+        local fk = first and h or h .. "r"
+        local fr = cache[fk]
+        if not fr then
+          local n = sub(h, 1, 4) == "0000" and tonumber(h, 16)
+          local look = (n and not first) and n - 1 or a
+          fr = { name = (sym:lookup(look, pid)), addr = n or ("0x" .. h) }
+          local m = n and find_map(sym.maps[pid], n)
+          if m then fr.mapping = add_map(m) end
+          cache[fk] = fr
+          all[#all + 1] = fr
+          serial[fr] = #all
+        end
         leaf_first[#leaf_first + 1] = fr
-        keys[#keys + 1] = h
+        keys[#keys + 1] = serial[fr]
         first = false
       end
     end
@@ -567,10 +598,8 @@ function M.recorder(sym, opts)
     local new, maps = {}, {}
     for i, old in ipairs(order) do new[old] = i; maps[i] = t.mappings[old] end
     t.mappings = maps
-    for _, s in ipairs(t.samples) do
-      for _, fr in ipairs(s.frames) do
-        if fr.mapping then fr.mapping = new[fr.mapping] end
-      end
+    for _, fr in ipairs(all) do
+      if fr.mapping then fr.mapping = new[fr.mapping] end
     end
     r.sorted = #t.mappings
     return t

@@ -109,7 +109,7 @@ function M.encode(t, opts)
   local vt = t.sample_types and t.sample_types[vi]
   -- speedscope's units: a clock's nanoseconds stay, anything else is "none"
   local unit = (vt and vt.unit == "nanoseconds") and "nanoseconds" or "none"
-  local frames, fidx = array({}), {}
+  local frames, fidx, by_frame = array({}), {}, {}
   local samples, weights, same = array({}), array({}), {}
   local total = 0
   for i, s in ipairs(t.samples) do
@@ -117,14 +117,21 @@ function M.encode(t, opts)
       error(format("speedscope.encode: samples[%d] must be {frames=, values=}", i), 2)
     end
     local stack = array({})
-    for _, fr in ipairs(s.frames) do
-      local f = frame_of(fr, t.mappings)
-      local k = concat({ f.name, f.file or "", tostring(f.line or "") }, "\0")
-      local id = fidx[k]
+    for j, fr in ipairs(s.frames) do
+      local id = by_frame[fr]   -- producers reuse one table for a repeated frame
       if not id then
-        id = #frames
-        frames[id + 1] = f
-        fidx[k] = id
+        if type(fr) ~= "table" then
+          error(format("speedscope.encode: samples[%d].frames[%d] is not a table", i, j), 2)
+        end
+        local f = frame_of(fr, t.mappings)
+        local k = concat({ f.name, f.file or "", tostring(f.line or "") }, "\0")
+        id = fidx[k]
+        if not id then
+          id = #frames
+          frames[id + 1] = f
+          fidx[k] = id
+        end
+        by_frame[fr] = id
       end
       stack[#stack + 1] = id
     end
