@@ -133,7 +133,8 @@ local function put(name, bytes, how)
   io.write(name, " ", tostring(how), "\n")
 end
 put("auto.pb.gz", pprof.from_profile(kept, { freq = 999 }))
-put("plain.pb", pprof.from_profile(kept, { freq = 999, gzip = false }))
+put("plain.pb", pprof.from_profile(kept, { freq = 999, gzip = false,
+  labels = { { key = "worker", num = 77 }, { key = "route", str = "/x" } } }))
 if jit then put("ffi.pb.gz", pprof.from_profile(kept, { freq = 999, gzip = "ffi" })) end
 -- lua-zlib made unloadable: the automatic choice falls back
 package.loaded.zlib = nil
@@ -257,6 +258,12 @@ describe("pprof.from_profile of profile_work.lua's pe.profile", function()
     assert.equal("nil", w.how["plain.pb"], w.out)
     assert.equal("\31\139", slurp(w.dir .. "/auto.pb.gz"):sub(1, 2))
     assert.equal("\10", slurp(w.dir .. "/plain.pb"):sub(1, 1))   -- field 1 (sample_type), length-delimited
+    -- opts.labels: on every sample
+    local r = raw(w.dir .. "/plain.pb")
+    local _, nworker = r.text:gsub("worker:%[77%]", "")
+    local _, nroute = r.text:gsub("route:%[/x%]", "")
+    assert.equal(#r.samples, nworker)
+    assert.equal(#r.samples, nroute)
     if jit then
       assert.equal("ffi", w.how["nozlib.pb"], w.out)
       assert.equal("ffi", w.how["ffi.pb.gz"], w.out)

@@ -847,7 +847,10 @@ function M.record(argv)
     t.duration_nanos = (c.now() - t_start) * 1e9
     local bytes
     if as_profile == "pprof" then bytes = require("perf_event.pprof").encode(t)
-    else bytes = require("perf_event.speedscope").encode(t, { name = concat(o.cmd, " ") }) end
+    else
+      local name = #o.cmd > 0 and concat(o.cmd, " ") or "luaperf record"
+      bytes = require("perf_event.speedscope").encode(t, { name = name })
+    end
     out:write(bytes)
     if out ~= io.stdout then out:close() end
     io.stderr:write(format("[ luaperf record: %d samples, %d stacks%s written to %s (%s) ]\n", collector.samples,

@@ -431,7 +431,8 @@ end
 -- @tparam[opt] table opts `freq` (999) or `period` the profile was started
 --   with (the period in event units: nanoseconds for cpu-clock); `lines`
 --   and `traces` as p:aggregate's; `time_nanos` (now, in whole seconds) and
---   `duration_nanos` (left out when not given); `comments`
+--   `duration_nanos` (left out when not given); `comments`; `labels` (put on
+--   every sample, e.g. `{ {key="worker", num=pid}, {key="route", str="/api"} }`)
 -- @treturn table
 function M.profile_table(p, opts)
   opts = opts or {}
@@ -474,7 +475,7 @@ function M.profile_table(p, opts)
       end
     end
     local v = e.count * period
-    t.samples[#t.samples + 1] = { frames = frames, values = { e.count, floor(v + 0.5) } }
+    t.samples[#t.samples + 1] = { frames = frames, values = { e.count, floor(v + 0.5) }, labels = opts.labels }
   end
   return t
 end
