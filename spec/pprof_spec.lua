@@ -15,6 +15,12 @@ local WORK = "spec/support/profile_work.lua"
 
 local have_go = U.sh("command -v go 2>/dev/null") ~= ""
 local tmpdir = U.sh("mktemp -d 2>/dev/null"):gsub("%s+$", "")
+local made = { tmpdir }   -- removed after the file's tests
+teardown(function()
+  for _, d in ipairs(made) do
+    if d:find("^/tmp/tmp%.") then U.sh("rm -rf '" .. d .. "'") end
+  end
+end)
 
 -- the Go tools under a temporary HOME and GOCACHE, without the ASan run's
 -- LD_PRELOAD (go is not built for it); -symbolize=none: the names as
@@ -151,6 +157,7 @@ local work -- the child's result, run once for the describe block
 local function run_work()
   if work then return work end
   local dir = U.sh("mktemp -d"):gsub("%s+$", "")
+  made[#made + 1] = dir
   local script = dir .. "/wrap.lua"
   local f = assert(io.open(script, "w"))
   f:write(WRAPPER:format(BUILD, dir))

@@ -13,6 +13,12 @@ local WORK = "spec/support/profile_work.lua"
 local CACHE = "build/speedscope/file-format-schema.json"
 
 local tmpdir = U.sh("mktemp -d 2>/dev/null"):gsub("%s+$", "")
+local made = { tmpdir }   -- removed after the file's tests
+teardown(function()
+  for _, d in ipairs(made) do
+    if d:find("^/tmp/tmp%.") then U.sh("rm -rf '" .. d .. "'") end
+  end
+end)
 
 local function readable(p)
   local f = io.open(p)
@@ -98,6 +104,7 @@ local work
 local function run_work()
   if work then return work end
   local dir = U.sh("mktemp -d"):gsub("%s+$", "")
+  made[#made + 1] = dir
   write(dir .. "/wrap.lua", WRAPPER:format(BUILD, dir))
   local out = U.sh(("PE_WORK_SCALE=%s %s %s/wrap.lua 2>&1"):format(jit and "1" or "0.2", LUA, dir))
   work = { dir = dir, out = out, agg = {}, total = 0, leaf = {} }
