@@ -36,6 +36,7 @@
 typedef struct lp_ent {
   uint64_t time, ip, bx, dx, sp;
   uint64_t fpc;                 /* GCfuncL.pc of the function at the walk's BASE */
+  uint64_t fn;                  /* that function (a GCfunc address), or 0 */
   uint32_t n;
   uint64_t pcs[LP_DEPTH];
 } lp_ent;
@@ -91,6 +92,9 @@ static struct { uint64_t pc; uint32_t ins; } lp_icache[LP_ICACHE];
 static uint64_t lp_last_base;      /* BASE of the last walk that worked */
 static uint64_t lp_jit_base;       /* &G->jit_base (BASE while a trace runs), or 0 */
 static int lp_jb_mode;             /* 0 never, 1 after rdx fails, 2 only (self-test) */
+static uint64_t lp_cur_l;          /* &G->cur_L (the word before jit_base), or 0 */
+static int lp_lb_mode;             /* cur_L->base: 0 never, 1 after rdx fails outside
+                                    * traces, 2 only (self-test) */
 
 static int lp_ins(uint64_t pc, uint32_t *ins)
 {
@@ -103,10 +107,26 @@ static int lp_ins(uint64_t pc, uint32_t *ins)
 }
 
 static uint64_t lp_base_fpc;      /* set by lp_walk: pc of the function at BASE */
+static uint64_t lp_base_fn;       /* and the function itself */
+
+/* the GCfunc in the slot at base-16 (tagged; GC64 keeps 47 address bits),
+ * or 0 when the word does not look like one: GCHeader's gct (+9) must be
+ * ~LJ_TFUNC (8); its ffid (+10) is 0 for a Lua function, 1 for a C
+ * function, more for a builtin */
+static uint64_t lp_func_at(uint64_t base, int *ffid)
+{
+  uint64_t fv, fn;
+  uint8_t hdr[2];
+  if (base < 16 || !lp_slot(base - 16, &fv)) return 0;
+  fn = fv & (((uint64_t)1 << 47) - 1);
+  if (fn < 0x10000 || (fn & 7) || !lp_read(fn + 9, hdr, 2) || hdr[0] != 8) return 0;
+  *ffid = hdr[1];
+  return fn;
+}
 
 static uint32_t lp_walk(uint64_t base, uint64_t *pcs, int strict)
 {
-  uint64_t fv, start = base;
+  uint64_t start = base;
   uint32_t n = 0;
   uint64_t link;
   lp_cbeg = lp_cend = 0;
@@ -123,11 +143,17 @@ static uint32_t lp_walk(uint64_t base, uint64_t *pcs, int strict)
     }
   }
   /* the frame's function slot (BASE-16, a tagged GCfunc pointer) and its
-   * GCfuncL.pc at +32: the Lua side checks it against known bytecode */
-  lp_base_fpc = 0;
-  if (n > 0 && lp_slot(start - 16, &fv)) {
-    uint64_t fn = fv & (((uint64_t)1 << 47) - 1), pc;
-    if (fn >= 0x10000 && (fn & 7) == 0 && lp_read(fn + 32, &pc, 8)) lp_base_fpc = pc;
+   * GCfuncL.pc at +32: the Lua side checks it against known bytecode, or
+   * (a builtin, a C function) the function's address against the library
+   * tables' */
+  lp_base_fpc = lp_base_fn = 0;
+  if (n > 0) {
+    int ffid;
+    uint64_t pc, fn = lp_func_at(start, &ffid);
+    if (fn && lp_read(fn + 32, &pc, 8)) {
+      lp_base_fpc = pc;
+      lp_base_fn = fn;
+    }
   }
   return n;
 }
@@ -141,18 +167,32 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
     lp_ent *e = &lp_ring[lp_head % LP_SLOTS];
     struct timespec ts;
     uint32_t n;
+    uint64_t jb = 0;
+    int only = lp_jb_mode == 2 || lp_lb_mode == 2;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     e->time = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     e->ip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
     e->bx = (uint64_t)uc->uc_mcontext.gregs[REG_RBX];
     e->dx = (uint64_t)uc->uc_mcontext.gregs[REG_RDX];
     e->sp = (uint64_t)uc->uc_mcontext.gregs[REG_RSP];
-    n = lp_jb_mode == 2 ? 0 : lp_walk(e->dx, e->pcs, 0);
-    if (n == 0 && lp_jit_base && lp_jb_mode) {
-      uint64_t jb;
-      if (lp_read(lp_jit_base, &jb, 8) && jb) n = lp_walk(jb, e->pcs, 1);
+    n = only ? 0 : lp_walk(e->dx, e->pcs, 0);
+    if (n == 0 && lp_jit_base) {
+      if (!lp_read(lp_jit_base, &jb, 8)) jb = 1;   /* unknown: not outside traces */
+      if (jb > 1 && lp_lb_mode != 2) n = lp_walk(jb, e->pcs, 1);
     }
-    if (n == 0 && lp_jb_mode != 2) {
+    if (n == 0 && lp_jit_base && jb == 0 && lp_cur_l && lp_lb_mode && lp_jb_mode != 2) {
+      /* outside traces, a C function the interpreter called (BC_FUNCC)
+       * runs with its frame's BASE stored in cur_L->base (lua_State +32)
+       * and rdx clobbered. The frame must hold a C function or builtin, so
+       * a base left over from an earlier call rarely passes */
+      uint64_t l, lb;
+      int ffid;
+      lp_cbeg = lp_cend = 0;
+      if (lp_read(lp_cur_l, &l, 8) && l && lp_read(l + 32, &lb, 8)
+          && lp_func_at(lb, &ffid) && ffid != 0)
+        n = lp_walk(lb, e->pcs, 1);
+    }
+    if (n == 0 && !only) {
       /* rdx is not BASE (C called from a trace clobbers it): try the
        * words near sp, where a trace keeps BASE spilled */
       uint64_t words[48];
@@ -180,6 +220,7 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
     }
     e->n = n;
     e->fpc = n > 0 ? lp_base_fpc : 0;
+    e->fn = n > 0 ? lp_base_fn : 0;
     if (n > 0 && !lp_last_base) lp_last_base = e->dx;
     {
       struct timespec t2;
@@ -219,10 +260,12 @@ static uint64_t lp_find_jit_base(lua_State *L)
   return found < 0 ? 0 : g + (uint64_t)(found + 1) * 8;
 }
 
-/* _private.luaprof_arm(fd, signo|nil, callops [, jit_base_mode]): signals on
- * each sample of fd to this thread; callops is a string of the opcode bytes
- * a return PC follows; jit_base_mode 0 never walks from G->jit_base, 1
- * (default) when rdx is not BASE, 2 only from it (the self-test) */
+/* _private.luaprof_arm(fd, signo|nil, callops [, jit_base_mode [, lbase_mode]]):
+ * signals on each sample of fd to this thread; callops is a string of the
+ * opcode bytes a return PC follows; jit_base_mode 0 never walks from
+ * G->jit_base, 1 (default) when rdx is not BASE, 2 only from it (the
+ * self-test); lbase_mode likewise for cur_L->base outside traces (default
+ * 0) */
 static int l_arm(lua_State *L)
 {
 #if defined(__x86_64__)
@@ -247,7 +290,10 @@ static int l_arm(lua_State *L)
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
   lp_jb_mode = lua_isnoneornil(L, 4) ? 1 : pe_check_int(L, 4, "jit_base_mode", 0, 2);
-  lp_jit_base = lp_jb_mode ? lp_find_jit_base(L) : 0;
+  lp_lb_mode = lua_isnoneornil(L, 5) ? 0 : pe_check_int(L, 5, "lbase_mode", 0, 2);
+  lp_jit_base = lp_find_jit_base(L);
+  lp_cur_l = lp_jit_base ? lp_jit_base - 8 : 0;
+  if (!lp_jb_mode) lp_jit_base = 0;
   memset(lp_callop, 0, sizeof lp_callop);
   memset(lp_icache, 0, sizeof lp_icache);
   lp_last_base = 0;
@@ -309,13 +355,14 @@ static int l_read(lua_State *L)
   for (i = lp_tail; i != head; i++) {
     const lp_ent *e = &lp_ring[i % LP_SLOTS];
     uint32_t j;
-    lua_createtable(L, 0, 6);
+    lua_createtable(L, 0, 8);
     pe_push_u64(L, e->time); lua_setfield(L, -2, "time");
     pe_push_u64(L, e->ip); lua_setfield(L, -2, "ip");
     pe_push_u64(L, e->bx); lua_setfield(L, -2, "bx");
     pe_push_u64(L, e->dx); lua_setfield(L, -2, "dx");
     pe_push_u64(L, e->sp); lua_setfield(L, -2, "sp");
     pe_push_u64(L, e->fpc); lua_setfield(L, -2, "fpc");
+    pe_push_u64(L, e->fn); lua_setfield(L, -2, "fn");
     lua_createtable(L, (int)e->n, 0);
     for (j = 0; j < e->n; j++) {
       pe_push_u64(L, e->pcs[j]);

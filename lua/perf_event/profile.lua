@@ -404,6 +404,55 @@ local function check_jit_base(pe)
   return { ok = true, samples = #sigs, hits = good }
 end
 
+-- a C function called by the interpreter, from a one-line caller: with
+-- the walk from cur_L->base alone, samples in string.rep must name the
+-- caller at its line and string.rep as the function at BASE
+local selftest_rep = string.rep
+local function selftest_ccaller(n) return #selftest_rep("x", n) + 0 end
+local function selftest_cspin(n) local s = 0 for _ = 1, 8 do s = s + selftest_ccaller(n) end return s end
+
+local function check_lbase(pe)
+  local LP = pe.core._private
+  local ev = pe.open({ event = "cpu-clock", sample_period = 100000, sample_type = "ip",
+                       exclude_kernel = true, exclude_hv = true, wakeup_events = 1 }, { pages = 16 })
+  if not ev then return { ok = false, reason = "cannot sample" } end
+  jit.off(selftest_ccaller)
+  jit.off(selftest_cspin)
+  local armed, aerr = LP.luaprof_arm(ev:fd(), nil, M.callops(), 1, 2)
+  if not armed then ev:close() return { ok = false, reason = tostring(aerr) } end
+  local t0 = os.clock()
+  ev:enable()
+  repeat selftest_cspin(1000000) until os.clock() - t0 > 0.03
+  ev:disable()
+  LP.luaprof_disarm(ev:fd())
+  local sigs = LP.luaprof_read()
+  ev:close()
+  local clo = u64p(addr_of(selftest_ccaller) + FN_PC_OFFSET)
+  local chi = clo + 4 * jutil.funcinfo(selftest_ccaller).bytecodes
+  local want = debug.getinfo(selftest_ccaller, "S").linedefined
+  local rep_at = addr_of(selftest_rep)
+  local walked, good = 0, 0
+  for _, g in ipairs(sigs) do
+    local pc = g.pcs[1] and tonumber(g.pcs[1])
+    if pc then
+      walked = walked + 1
+      if pc - 4 >= clo and pc - 4 < chi and tonumber(g.fn) == rep_at
+        and jutil.funcinfo(selftest_ccaller, (pc - clo) / 4 - 1).currentline == want then
+        good = good + 1
+      end
+    end
+  end
+  -- string.rep's fill is most of the time; the rest (the interpreter,
+  -- where cur_L->base is stale and its function slot holds a result)
+  -- must give no walk rather than a wrong one
+  if #sigs < 10 or walked < 0.5 * #sigs or good < 0.95 * walked then
+    return { ok = false, samples = #sigs, walked = walked, hits = good,
+             reason = format("the walk from cur_L->base found string.rep under its caller's line in %d of %d"
+                             .. " (%d walked)", good, #sigs, walked) }
+  end
+  return { ok = true, samples = #sigs, walked = walked, hits = good }
+end
+
 local function check_walk(lo, hi, sigs)
   local clo = u64p(addr_of(selftest_caller) + FN_PC_OFFSET)
   local chi = clo + 4 * jutil.funcinfo(selftest_caller).bytecodes
@@ -485,6 +534,7 @@ local function check_regs(pe)
   end
   regs_check.walk = walk_check
   regs_check.jit_base = walk_check.ok and check_jit_base(pe) or { ok = false, reason = "no walk" }
+  regs_check.lbase = regs_check.jit_base.ok and check_lbase(pe) or { ok = false, reason = "no jit_base" }
   return regs_check
 end
 
@@ -606,7 +656,9 @@ function M.start(opts)
     p.stacks, p.stacks_reason = false, regs_check.walk.reason
   end
   if p.stacks then
-    local ok, aerr = LP.luaprof_arm(ev:fd(), nil, M.callops(), regs_check.jit_base.ok and 1 or 0)
+    local ok, aerr = LP.luaprof_arm(ev:fd(), nil, M.callops(), regs_check.jit_base.ok and 1 or 0,
+                                    regs_check.lbase.ok and 1 or 0)
+    p.builtins = M.builtins()
     if not ok then p.stacks = false; p.stacks_reason = aerr end
     p.jit_base = regs_check.jit_base
     p.walk_ns0 = tonumber((select(4, LP.luaprof_read())))
@@ -615,6 +667,52 @@ function M.start(opts)
   local ok, e2 = ev:enable()
   if not ok and e2 then p:stop() return nil, e2 end
   return p
+end
+
+-- the library tables named first, in this order; the other modules of
+-- package.loaded follow sorted by name
+local LIBS = { "_G", "string", "table", "math", "io", "os", "coroutine", "debug", "package",
+               "bit", "jit", "ffi", "jit.util", "jit.profile" }
+
+--- Names of the builtins and C functions in package.loaded's tables, by the
+-- function's address (what `%p` gives, the GCfunc the frame holds), as
+-- `lib.name` (`_G`'s without a prefix); the cdata metamethods as
+-- `cdata.__call`, .... The table keeps the functions, so no address in it
+-- is reused while it lives.
+-- @treturn table address -> name
+function M.builtins()
+  local names, keep = {}, {}
+  local function add(prefix, t)
+    if type(t) ~= "table" then return end
+    local ks = {}
+    for k, v in pairs(t) do
+      if type(k) == "string" and type(v) == "function" then ks[#ks + 1] = k end
+    end
+    sort(ks)
+    for _, k in ipairs(ks) do
+      local f = t[k]
+      local fi = jutil and jutil.funcinfo(f)
+      local a = fi and fi.ffid and addr_of(f)
+      if a and not names[a] then
+        names[a] = prefix and prefix .. "." .. k or k
+        keep[#keep + 1] = f
+      end
+    end
+  end
+  local seen = {}
+  for _, m in ipairs(LIBS) do
+    local t = package.loaded[m]
+    if t then seen[m] = true add(m ~= "_G" and m or nil, t) end
+  end
+  local rest = {}
+  for m in pairs(package.loaded) do
+    if type(m) == "string" and not seen[m] then rest[#rest + 1] = m end
+  end
+  sort(rest)
+  for _, m in ipairs(rest) do add(m, package.loaded[m]) end
+  if ffi then add("cdata", debug.getmetatable(ffi.new("char[1]"))) end
+  names.functions = keep
+  return names
 end
 
 -- the Lua callers from a sample-time frame walk, root first: each PC is a
@@ -650,6 +748,18 @@ function Profile:_resolve(rec, sig)
   if not sig or not self.reg then return leaf end
   local up = callers(self.reg, sig)
   if #up == 0 then return leaf end
+  -- the walk's BASE frame holds a builtin or C function and the leaf has
+  -- no Lua frame: name it. LuaJIT's own unnamed code is the builtin (or
+  -- what it calls inside the VM); a leaf in another module sits under it
+  local bname = leaf[1].c and self.builtins and self.builtins[tonumber(sig.fn)]
+  if bname then
+    local f = leaf[1]
+    if #leaf == 1 and f.module and f.module:find("luajit", 1, true) and f.c:find("^%[") then
+      leaf[1] = { c = bname, addr = f.addr, module = f.module, builtin = true }
+    else
+      up[#up + 1] = { c = bname, builtin = true }
+    end
+  end
   -- the leaf's own Lua frame, when it is the same function, replaces the
   -- walk's base function (a different one was inlined into its trace)
   local last = up[#up]
