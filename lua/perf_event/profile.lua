@@ -249,7 +249,10 @@ function Reg:add_proto(pt, off)
   if a then self:add_bc(pt, a + off) end
 end
 
--- a Lua function and, recursively, the prototypes nested in it
+-- a Lua function and, recursively, the prototypes nested in it and the
+-- functions it holds as upvalues (directly, or as the values of a table
+-- upvalue): a module's local helpers are siblings of its exported
+-- functions in the main chunk, which is gone once it has run
 function Reg:add_tree(obj, off, seen)
   if seen[obj] then return end
   seen[obj] = true
@@ -257,6 +260,17 @@ function Reg:add_tree(obj, off, seen)
     local ok, fi = pcall(jutil.funcinfo, obj)
     if not ok or not fi or not fi.bytecodes then return end   -- a C function
     self:add_bc(obj, u64p(addr_of(obj) + FN_PC_OFFSET))
+    for u = 1, fi.upvalues or 0 do
+      local _, v = debug.getupvalue(obj, u)
+      if type(v) == "function" then
+        self:add_tree(v, off, seen)
+      elseif type(v) == "table" and not seen[v] then
+        seen[v] = true
+        for _, x in pairs(v) do
+          if type(x) == "function" then self:add_tree(x, off, seen) end
+        end
+      end
+    end
   else
     self:add_proto(obj, off)
   end
