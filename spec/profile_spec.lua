@@ -463,7 +463,7 @@ describe("pe.profile", function()
     local sqrt, sbyte = math.sqrt, string.byte
     local text = string.rep("abcdefgh", 64)
     local function bi_sqrt(n) local s = 0 for i = 1, n do s = s + sqrt(i) end return s end
-    local function bi_byte(n) local s = 0 for i = 1, n do s = s + sbyte(text, 1, 64) end return s end
+    local function bi_byte(n) local s = 0 for _ = 1, n do s = s + sbyte(text, 1, 64) end return s end
     for _, w in ipairs({ { bi_sqrt, "math.sqrt", 1e5 }, { bi_byte, "string.byte", 1e4 } }) do
       local fn, bname, n = w[1], w[2], w[3]
       jit.off(fn)
