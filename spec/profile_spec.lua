@@ -414,8 +414,9 @@ describe("pe.profile", function()
                    { "cw_tostr", cw_tostr, 20000 } }
   -- what each mode must reach: the share of a workload's samples with a C
   -- leaf whose nearest Lua frame is the workload at its call line.
-  -- Measured on a loaded 2-core VM (doc/profiling.md, "What was measured")
-  local cw_min = { interp = 0.9, jit = 0.8 }
+  -- Measured on a loaded 2-core VM: 89-98 % interpreted, 71-98 % compiled
+  -- (table.concat's the lowest; doc/profiling.md, "What was measured")
+  local cw_min = { interp = 0.8, jit = 0.6 }
 
   for _, mode in ipairs({ "interp", "jit" }) do
     it("a C function called from Lua sits under its caller at the call line (" .. mode
@@ -445,6 +446,13 @@ describe("pe.profile", function()
               -- a C leaf with no caller, or not under the workload (the
               -- driving loop's own lines are this spec's anon function)
               cleaf = cleaf + 1
+              if os.getenv("PE_PROF_REPORT") then
+                local t = {}
+                for i = math.max(1, k - 3), k do
+                  t[#t + 1] = frames[i].c or pe.profile.frame_name(frames[i].lua, frames[i].line)
+                end
+                io.stderr:write("missed ", name, " ", table.concat(t, ";"), "\n")
+              end
             end
           end
         end
@@ -531,6 +539,144 @@ describe("pe.profile", function()
     assert.is_true(co_n >= 100, "co_hot " .. co_n)
     assert.is_true(gen_n >= 10, "gen " .. gen_n)
     assert.is_true(other <= 0.2 * (co_n + gen_n), "other " .. other)
+  end)
+
+  it("soak: start/drain/stop cycles with coroutines, flushes and GC; each cycle names only its own code", function()
+    local cycles, report = 0, {}
+    local t_end = os.clock() + 3
+    local parts = {}
+    for i = 1, 500 do parts[i] = "soak" .. i end
+    while os.clock() < t_end or cycles < 6 do
+      cycles = cycles + 1
+      -- fresh code each cycle: a loop, a C call (table.concat) and a
+      -- builtin (string.rep), run in a coroutine that yields every round
+      local src = "local parts, concat, rep = ... return function(n) local s = 0 while true do "
+        .. "for i = 1, n do s = s + (i % 13) end s = s + #concat(parts) + #rep('z', 5000) "
+        .. "coroutine.yield(s) end end"
+      -- loaded before start (found through this frame's locals) or after
+      -- it (jit.attach's bc event); JIT-compiled or interpreted
+      local mk, body, p
+      if cycles % 3 ~= 0 then
+        mk = assert(loadstring(src, "=soak" .. cycles))
+        body = mk(parts, table.concat, string.rep)
+      end
+      p = assert(pe.profile.start({ freq = 999 }))
+      finally(function() p:stop() end)
+      if not mk then
+        mk = assert(loadstring(src, "=soak" .. cycles))
+        body = mk(parts, table.concat, string.rep)
+      end
+      if cycles % 2 == 0 then jit.off(body) end
+      local co = coroutine.wrap(body)
+      local t0 = os.clock()
+      while os.clock() - t0 < 0.1 do co(20000) end
+      p:drain()
+      jit.flush()
+      t0 = os.clock()
+      while os.clock() - t0 < 0.1 do co(20000) end
+      co, body, mk = nil, nil, nil   -- luacheck: ignore 311
+      collectgarbage()
+      collectgarbage()
+      p:stop()
+      local own, foreign = 0, 0
+      for _, frames in ipairs(p.samples) do
+        for _, f in ipairs(frames) do
+          local c = f.lua and f.lua.chunk:match("^soak(%d+)$")
+          if c then
+            if tonumber(c) == cycles then own = own + 1 else foreign = foreign + 1 end
+            break
+          end
+        end
+      end
+      report[#report + 1] = string.format("%d:%d/%d", cycles, own, p.nsamples)
+      -- about 0.2 s of the coroutine's CPU time at 999 Hz; no sample is
+      -- named after an earlier cycle's (collected) code whose addresses
+      -- the new code may reuse
+      assert.is_true(own >= 50, table.concat(report, " "))
+      assert.equal(0, foreign)
+      assert.is_true(p.nsigs >= 0.8 * p.nsamples, p.nsigs .. " signals, " .. p.nsamples .. " samples")
+    end
+    if os.getenv("PE_PROF_REPORT") then io.stderr:write("soak ", table.concat(report, " "), "\n") end
+  end)
+
+  it("no signal arrives after stop(): the handler's late counter and the pending masks stay clear", function()
+    local ffi = require("ffi")
+    pcall(ffi.cdef, "int raise(int sig); int __libc_current_sigrtmin(void);")
+    local signo = ffi.C.__libc_current_sigrtmin() + 3
+    local function pending()
+      -- the thread's and the process's pending masks in /proc/self/status
+      local f = assert(io.open("/proc/self/status"))
+      local st = f:read("*a")
+      f:close()
+      local out = {}
+      for _, k in ipairs({ "SigPnd", "ShdPnd" }) do
+        local hex = assert(st:match(k .. ":%s*(%x+)"), k)
+        -- bit signo-1, counted from the right of the hex mask
+        local digit = tonumber(hex:sub(-1 - math.floor((signo - 1) / 4), -1 - math.floor((signo - 1) / 4)), 16)
+        out[#out + 1] = math.floor(digit / 2 ^ ((signo - 1) % 4)) % 2
+      end
+      return out[1] + out[2]
+    end
+    local LP = pe.core._private
+    for _, freq in ipairs({ 999, 9999 }) do
+      local p = assert(pe.profile.start({ freq = freq }))
+      finally(function() p:stop() end)
+      assert.is_true(p.stacks, tostring(p.stacks_reason))
+      local t0 = os.clock()
+      local s = 0
+      while os.clock() - t0 < 0.2 do for i = 1, 1000 do s = s + i % 3 end end
+      p:stop()
+      local _, _, late0 = LP.luaprof_read()
+      t0 = os.clock()
+      while os.clock() - t0 < 0.1 do for i = 1, 1000 do s = s + i % 3 end end
+      local _, _, late1 = LP.luaprof_read()
+      assert.equal(late0, late1)
+      assert.equal(0, pending())
+      assert.is_true(p.nsigs > 0.1 * freq, "signals " .. p.nsigs)
+    end
+    -- the counter does see a signal that comes while disarmed: one raised
+    -- now runs the installed handler once
+    local _, _, before = LP.luaprof_read()
+    assert.equal(0, ffi.C.raise(signo))
+    local _, _, after = LP.luaprof_read()
+    assert.equal(before + 1, after)
+    assert.equal(0, pending())
+  end)
+
+  it("a C function called in a coroutine and one called in the main thread each sit under their own caller", function()
+    local parts, concat, rep = {}, table.concat, string.rep
+    for i = 1, 2000 do parts[i] = "abcdefghij" end
+    local function co_side() while true do local s = #concat(parts) coroutine.yield(s) end end
+    local function main_side() return #rep("y", 200000) end
+    local function drive()
+      local co = coroutine.wrap(co_side)
+      local t0 = os.clock()
+      while os.clock() - t0 < 0.4 do co() main_side() end
+    end
+    jit.off(co_side) jit.off(main_side) jit.off(drive)
+    local p = assert(pe.profile.start({ freq = 999 }))
+    finally(function() p:stop() end)
+    drive()
+    p:stop()
+    local co_ok, main_ok, crossed = 0, 0, 0
+    for _, frames in ipairs(p.samples) do
+      local names = {}
+      for _, f in ipairs(frames) do names[#names + 1] = f.c or f.lua.name end
+      local k = table.concat(names, ";")
+      -- the coroutine's stack ends at its function (the walk stops at the
+      -- coroutine's base); the main thread's runs through drive
+      if k:find("co_side;table.concat", 1, true) then
+        if k:find("drive", 1, true) or k:find("main_side", 1, true) then crossed = crossed + 1
+        else co_ok = co_ok + 1 end
+      elseif k:find("drive;main_side;string.rep", 1, true) then
+        if k:find("co_side", 1, true) then crossed = crossed + 1 else main_ok = main_ok + 1 end
+      elseif k:find("string.rep", 1, true) or k:find("table.concat", 1, true) then
+        crossed = crossed + 1
+      end
+    end
+    assert.is_true(co_ok >= 0.2 * p.nsamples and main_ok >= 0.2 * p.nsamples,
+                   string.format("coroutine %d main %d of %d\n%s", co_ok, main_ok, p.nsamples, p:folded()))
+    assert.equal(0, crossed)
   end)
 
   it("writes a perf map that names the traces for the perf tool", function()

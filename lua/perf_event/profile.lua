@@ -283,6 +283,23 @@ function Reg:add_tree(obj, off, seen)
   end
 end
 
+-- the functions held in the locals of the frame at `level` (counted from
+-- this function), directly or as the values of a table
+function Reg:add_locals(level, off, seen)
+  for k = 1, 250 do
+    local name, v = debug.getlocal(level, k)
+    if not name then break end
+    if type(v) == "function" then
+      self:add_tree(v, off, seen)
+    elseif type(v) == "table" and not seen[v] then
+      seen[v] = true
+      for _, x in pairs(v) do
+        if type(x) == "function" then self:add_tree(x, off, seen) end
+      end
+    end
+  end
+end
+
 -- the entry of `list` (sorted by .lo) with the greatest lo <= a, or nil
 local function last_at_or_below(list, a)
   local lo, hi, best = 1, #list, nil
@@ -640,6 +657,7 @@ function M.start(opts)
         local i = debug.getinfo(level, "f")
         if not i then break end
         if i.func then reg:add_tree(i.func, off, seen) end
+        reg:add_locals(level + 1, off, seen)
       end
       for _, m in pairs(package.loaded) do
         if type(m) == "table" then
