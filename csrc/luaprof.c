@@ -8,8 +8,9 @@
  * links upward from BASE (GC64: the link is the slot at BASE-8; a Lua
  * frame's link is the caller's PC, whose previous instruction, a call,
  * has the A operand that gives the caller's BASE; other frames hold a byte
- * delta). When rdx is not BASE (C called from a trace), the words near sp
- * are tried as BASE, since traces spill it there. Every load goes
+ * delta). When rdx is not BASE: in a trace, G->jit_base; in a C function
+ * the interpreter called, cur_L->base (the VM stores it before the call);
+ * else the words near sp, since traces spill BASE there. Every load goes
  * through process_vm_readv on this process, so a wrong address is EFAULT,
  * never a fault. The Lua side trusts a chain only where its PCs fall in
  * bytecode it knows, so the walk needs no knowledge of lua_State.
@@ -343,7 +344,7 @@ static int l_disarm(lua_State *L)
   return 1;
 }
 
-/* _private.luaprof_read() -> array of {time, ip, bx, dx, sp, pcs = {...}},
+/* _private.luaprof_read() -> array of {time, ip, bx, dx, sp, fpc, fn, pcs = {...}},
  * dropped (ring full), late (signals that came while disarmed), and the
  * nanoseconds spent walking in the handler so far */
 static int l_read(lua_State *L)

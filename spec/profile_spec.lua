@@ -491,6 +491,9 @@ describe("pe.profile", function()
         if l:find(want, 1, true) then named = named + c end
         if l:find(lname .. "@spec/profile_spec.lua:%d+;%[luajit%] %d+$") then unnamed = unnamed + c end
       end
+      if os.getenv("PE_PROF_REPORT") then
+        io.stderr:write(string.format("builtin %s: %d named, %d [luajit] of %d\n", bname, named, unnamed, p.nsamples))
+      end
       -- builtin samples in LuaJIT's own (stripped) code are named, not
       -- [luajit]; a few remain in the call/return sequence, where rdx is
       -- not yet (or no longer) the builtin's BASE

@@ -27,8 +27,10 @@
 --
 -- Above that leaf go the Lua callers, walked at sample time: every sample
 -- also signals this thread, and csrc/luaprof.c follows LuaJIT's frame links
--- from BASE (rdx) in the handler. Only return addresses into known bytecode
--- become frames. Stacks are root first.
+-- from BASE (rdx; G->jit_base in a trace; cur_L->base in a C function the
+-- interpreter called) in the handler. Only return addresses into known
+-- bytecode become frames. A builtin or C function in the frame at BASE is
+-- named from package.loaded's tables (`M.builtins`). Stacks are root first.
 --
 -- Steps 2 and 3 rely on LuaJIT internals (GCfuncL.pc at offset 32, the
 -- prototype header size, rbx as PC). Both are checked by a self-test at the
