@@ -251,55 +251,83 @@ function Reg:add_proto(pt, off)
   if a then self:add_bc(pt, a + off) end
 end
 
--- a Lua function and, recursively, the prototypes nested in it and the
--- functions it holds as upvalues (directly, or as the values of a table
--- upvalue): a module's local helpers are siblings of its exported
--- functions in the main chunk, which is gone once it has run
-function Reg:add_tree(obj, off, seen)
-  if seen[obj] then return end
-  seen[obj] = true
-  if type(obj) == "function" then
-    local ok, fi = pcall(jutil.funcinfo, obj)
-    if not ok or not fi or not fi.bytecodes then return end   -- a C function
-    self:add_bc(obj, u64p(addr_of(obj) + FN_PC_OFFSET))
-    for u = 1, fi.upvalues or 0 do
-      local _, v = debug.getupvalue(obj, u)
-      if type(v) == "function" then
-        self:add_tree(v, off, seen)
-      elseif type(v) == "table" and not seen[v] then
-        seen[v] = true
-        for _, x in pairs(v) do
-          if type(x) == "function" then self:add_tree(x, off, seen) end
+-- how many entries of one table are looked at for functions (a big data
+-- table in an upvalue would otherwise make start slow), and how many
+-- functions and prototypes one start visits through upvalues and locals
+-- (up to about 75 ms of CPU time, seen with a chain of 200000 closures)
+local TABLE_SCAN = 4096
+local VISIT_BUDGET = 10000
+
+-- the functions among the values of table t (the first TABLE_SCAN), onto
+-- the work list
+local function push_table_functions(t, work, seen)
+  if seen[t] then return end
+  seen[t] = true
+  local n = 0
+  for _, x in pairs(t) do
+    if type(x) == "function" and not seen[x] then work[#work + 1] = x end
+    n = n + 1
+    if n >= TABLE_SCAN then break end
+  end
+end
+
+-- a Lua function and the prototypes nested in it, and the functions it
+-- holds as upvalues (directly, or as the values of a table upvalue), and
+-- theirs in turn: a module's local helpers are siblings of its exported
+-- functions in the main chunk, which is gone once it has run. A work list,
+-- not recursion, so a long chain of closures cannot overflow the stack.
+function Reg:add_tree(root, off, seen)
+  local work = { root }
+  while #work > 0 do
+    local obj = work[#work]
+    work[#work] = nil
+    if not seen[obj] then
+      seen[obj] = true
+      local lua = true
+      if type(obj) == "function" then
+        local ok, fi = pcall(jutil.funcinfo, obj)
+        if not ok or not fi or not fi.bytecodes then
+          lua = false                                  -- a C function
+        else
+          self:add_bc(obj, u64p(addr_of(obj) + FN_PC_OFFSET))
+          self.nvisit = (self.nvisit or 0) + 1
+          for u = 1, self.nvisit <= VISIT_BUDGET and fi.upvalues or 0 do
+            local _, v = debug.getupvalue(obj, u)
+            if type(v) == "function" then
+              if not seen[v] then work[#work + 1] = v end
+            elseif type(v) == "table" then
+              push_table_functions(v, work, seen)
+            end
+          end
         end
+      else
+        self:add_proto(obj, off)
+      end
+      local i = -1
+      while lua do
+        local k = jutil.funck(obj, i)
+        if k == nil then break end
+        if type(k) == "proto" and not seen[k] then work[#work + 1] = k end
+        i = i - 1
       end
     end
-  else
-    self:add_proto(obj, off)
-  end
-  local i = -1
-  while true do
-    local k = jutil.funck(obj, i)
-    if k == nil then break end
-    if type(k) == "proto" then self:add_tree(k, off, seen) end
-    i = i - 1
   end
 end
 
 -- the functions held in the locals of the frame at `level` (counted from
 -- this function), directly or as the values of a table
 function Reg:add_locals(level, off, seen)
+  local work = {}
   for k = 1, 250 do
     local name, v = debug.getlocal(level, k)
     if not name then break end
     if type(v) == "function" then
-      self:add_tree(v, off, seen)
-    elseif type(v) == "table" and not seen[v] then
-      seen[v] = true
-      for _, x in pairs(v) do
-        if type(x) == "function" then self:add_tree(x, off, seen) end
-      end
+      work[#work + 1] = v
+    elseif type(v) == "table" then
+      push_table_functions(v, work, seen)
     end
   end
+  for _, f in ipairs(work) do self:add_tree(f, off, seen) end
 end
 
 -- the entry of `list` (sorted by .lo) with the greatest lo <= a, or nil
