@@ -38,6 +38,7 @@ typedef struct lp_ent {
   uint64_t time, ip, bx, dx, sp;
   uint64_t fpc;                 /* GCfuncL.pc of the function at the walk's BASE */
   uint64_t fn;                  /* that function (a GCfunc address), or 0 */
+  int32_t vms;                  /* G->vmstate when it was read, else 1 << 30 */
   uint32_t n;
   uint64_t pcs[LP_DEPTH];
 } lp_ent;
@@ -96,6 +97,10 @@ static int lp_jb_mode;             /* 0 never, 1 after rdx fails, 2 only (self-t
 static uint64_t lp_cur_l;          /* &G->cur_L (the word before jit_base), or 0 */
 static int lp_lb_mode;             /* cur_L->base: 0 never, 1 after rdx fails outside
                                     * traces, 2 only (self-test) */
+static uint64_t lp_vmstate;        /* &G->vmstate, or 0 */
+static int lp_vs_mode;             /* 1: vmstate decides which base to try */
+#define LP_VMST_C (~1)             /* ~LJ_VMST_C: the VM runs a C function */
+#define LP_NO_VMS (1 << 30)
 
 static int lp_ins(uint64_t pc, uint32_t *ins)
 {
@@ -177,15 +182,24 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
     e->dx = (uint64_t)uc->uc_mcontext.gregs[REG_RDX];
     e->sp = (uint64_t)uc->uc_mcontext.gregs[REG_RSP];
     n = only ? 0 : lp_walk(e->dx, e->pcs, 0);
+    e->vms = LP_NO_VMS;
+    if (n == 0 && lp_vmstate && !lp_read(lp_vmstate, &e->vms, 4)) e->vms = LP_NO_VMS;
     if (n == 0 && lp_jit_base) {
+      /* G->jit_base can keep a trace's BASE after the trace has exited;
+       * when vmstate is known, it says whether a trace runs (>= 0) */
+      int in_trace;
       if (!lp_read(lp_jit_base, &jb, 8)) jb = 1;   /* unknown: not outside traces */
-      if (jb > 1 && lp_lb_mode != 2) n = lp_walk(jb, e->pcs, 1);
+      in_trace = lp_vs_mode && e->vms != LP_NO_VMS ? e->vms >= 0 : jb != 0;
+      if (in_trace && jb > 1 && lp_lb_mode != 2) n = lp_walk(jb, e->pcs, 1);
     }
-    if (n == 0 && lp_jit_base && jb == 0 && lp_cur_l && lp_lb_mode && lp_jb_mode != 2) {
-      /* outside traces, a C function the interpreter called (BC_FUNCC)
-       * runs with its frame's BASE stored in cur_L->base (lua_State +32)
-       * and rdx clobbered. The frame must hold a C function or builtin, so
-       * a base left over from an earlier call rarely passes */
+    if (n == 0 && lp_jit_base && lp_cur_l && lp_lb_mode && lp_jb_mode != 2
+        && (lp_vs_mode && e->vms != LP_NO_VMS ? e->vms < 0 : jb == 0)) {
+      /* outside traces, a C function the interpreter called (BC_FUNCC),
+       * or a C helper a builtin calls (tostring's number formatting, with
+       * vmstate still INTERP), runs with its frame's BASE stored in
+       * cur_L->base (lua_State +32) and rdx clobbered. The frame must hold
+       * a C function or builtin, so a base left over from an earlier call
+       * rarely passes */
       uint64_t l, lb;
       int ffid;
       lp_cbeg = lp_cend = 0;
@@ -261,12 +275,30 @@ static uint64_t lp_find_jit_base(lua_State *L)
   return found < 0 ? 0 : g + (uint64_t)(found + 1) * 8;
 }
 
-/* _private.luaprof_arm(fd, signo|nil, callops [, jit_base_mode [, lbase_mode]]):
+/* &G->vmstate, or 0: the one int32 in global_State before cur_L that holds
+ * ~LJ_VMST_C while this C function runs (the Lua side checks it: a trace
+ * number while a trace runs) */
+static uint64_t lp_find_vmstate(uint64_t cur_l)
+{
+  int32_t w[1024];
+  uint64_t l, g;
+  int k, found = -1, n = 0;
+  if (!cur_l || !lp_read(cur_l, &l, 8) || !lp_read(l + 16, &g, 8)) return 0;   /* L->glref */
+  if (cur_l <= g || cur_l - g > sizeof w) return 0;
+  if (!lp_read(g, w, (size_t)(cur_l - g))) return 0;
+  for (k = 0; k < (int)((cur_l - g) / 4); k++)
+    if (w[k] == LP_VMST_C) { found = k; n++; }
+  return n == 1 ? g + (uint64_t)found * 4 : 0;
+}
+
+/* _private.luaprof_arm(fd, signo|nil, callops [, jit_base_mode [, lbase_mode
+ * [, vmstate_mode]]]):
  * signals on each sample of fd to this thread; callops is a string of the
  * opcode bytes a return PC follows; jit_base_mode 0 never walks from
  * G->jit_base, 1 (default) when rdx is not BASE, 2 only from it (the
  * self-test); lbase_mode likewise for cur_L->base outside traces (default
- * 0) */
+ * 0); vmstate_mode 1 lets G->vmstate say whether a trace or a C function
+ * runs (default 0: G->jit_base being NULL says no trace runs) */
 static int l_arm(lua_State *L)
 {
 #if defined(__x86_64__)
@@ -294,6 +326,8 @@ static int l_arm(lua_State *L)
   lp_lb_mode = lua_isnoneornil(L, 5) ? 0 : pe_check_int(L, 5, "lbase_mode", 0, 2);
   lp_jit_base = lp_find_jit_base(L);
   lp_cur_l = lp_jit_base ? lp_jit_base - 8 : 0;
+  lp_vmstate = lp_find_vmstate(lp_cur_l);
+  lp_vs_mode = lua_isnoneornil(L, 6) ? 0 : pe_check_int(L, 6, "vmstate_mode", 0, 1);
   if (!lp_jb_mode) lp_jit_base = 0;
   memset(lp_callop, 0, sizeof lp_callop);
   memset(lp_icache, 0, sizeof lp_icache);
@@ -364,6 +398,7 @@ static int l_read(lua_State *L)
     pe_push_u64(L, e->sp); lua_setfield(L, -2, "sp");
     pe_push_u64(L, e->fpc); lua_setfield(L, -2, "fpc");
     pe_push_u64(L, e->fn); lua_setfield(L, -2, "fn");
+    if (e->vms != LP_NO_VMS) { lua_pushinteger(L, e->vms); lua_setfield(L, -2, "vms"); }
     lua_createtable(L, (int)e->n, 0);
     for (j = 0; j < e->n; j++) {
       pe_push_u64(L, e->pcs[j]);
@@ -378,7 +413,8 @@ static int l_read(lua_State *L)
   lua_pushinteger(L, lp_late);
   pe_push_u64(L, lp_ns);
   pe_push_u64(L, lp_jit_base);
-  return 5;
+  pe_push_u64(L, lp_vmstate);
+  return 6;
 }
 
 /* the three functions go to core._private (profile.lua's hooks, not API) */

@@ -449,20 +449,22 @@ local function check_jit_base(pe)
   local clo = u64p(addr_of(selftest_jcaller) + FN_PC_OFFSET)
   local chi = clo + 4 * jutil.funcinfo(selftest_jcaller).bytecodes
   local want = debug.getinfo(selftest_jcaller, "S").linedefined
-  local good = 0
+  local good, vms_trace = 0, 0
   for _, g in ipairs(sigs) do
     local pc = g.pcs[1] and tonumber(g.pcs[1])
     if pc and pc - 4 >= clo and pc - 4 < chi
       and jutil.funcinfo(selftest_jcaller, (pc - clo) / 4 - 1).currentline == want then
       good = good + 1
     end
+    -- G->vmstate, where found: the number of a trace while one runs
+    if g.vms and g.vms > 0 and jutil.traceinfo(g.vms) then vms_trace = vms_trace + 1 end
   end
   if #sigs < 10 or good < 0.8 * #sigs then
-    return { ok = false, samples = #sigs, hits = good,
+    return { ok = false, samples = #sigs, hits = good, vms_trace = vms_trace,
              reason = format("the walk from G->jit_base found the caller at debug.getinfo's line in %d of %d",
                              good, #sigs) }
   end
-  return { ok = true, samples = #sigs, hits = good }
+  return { ok = true, samples = #sigs, hits = good, vms_trace = vms_trace }
 end
 
 -- a C function called by the interpreter, from a one-line caller: with
@@ -492,9 +494,10 @@ local function check_lbase(pe)
   local chi = clo + 4 * jutil.funcinfo(selftest_ccaller).bytecodes
   local want = debug.getinfo(selftest_ccaller, "S").linedefined
   local rep_at = addr_of(selftest_rep)
-  local walked, good = 0, 0
+  local walked, good, vms_c = 0, 0, 0
   for _, g in ipairs(sigs) do
     local pc = g.pcs[1] and tonumber(g.pcs[1])
+    if g.vms == -2 then vms_c = vms_c + 1 end    -- ~LJ_VMST_C
     if pc then
       walked = walked + 1
       if pc - 4 >= clo and pc - 4 < chi and tonumber(g.fn) == rep_at
@@ -507,11 +510,29 @@ local function check_lbase(pe)
   -- where cur_L->base is stale and its function slot holds a result)
   -- must give no walk rather than a wrong one
   if #sigs < 10 or walked < 0.5 * #sigs or good < 0.95 * walked then
-    return { ok = false, samples = #sigs, walked = walked, hits = good,
+    return { ok = false, samples = #sigs, walked = walked, hits = good, vms_c = vms_c,
              reason = format("the walk from cur_L->base found string.rep under its caller's line in %d of %d"
                              .. " (%d walked)", good, #sigs, walked) }
   end
-  return { ok = true, samples = #sigs, walked = walked, hits = good }
+  return { ok = true, samples = #sigs, walked = walked, hits = good, vms_c = vms_c }
+end
+
+-- G->vmstate, found by the arm next to cur_L, must have held a live
+-- trace's number in most samples of the compiled loop and ~LJ_VMST_C in
+-- most of string.rep's
+local function check_vmstate(jb, lb, addr)
+  if not addr or tonumber(addr) == 0 then
+    return { ok = false, reason = "no single int32 held ~LJ_VMST_C in global_State before cur_L" }
+  end
+  local r = { trace = jb.vms_trace or 0, tsamples = jb.samples or 0, c = lb.vms_c or 0, csamples = lb.samples or 0 }
+  if r.tsamples < 10 or r.csamples < 10 or r.trace < 0.8 * r.tsamples or r.c < 0.8 * r.csamples then
+    r.ok = false
+    r.reason = format("G->vmstate held a trace number in %d of %d samples of a compiled loop and ~LJ_VMST_C in"
+                      .. " %d of %d in string.rep", r.trace, r.tsamples, r.c, r.csamples)
+  else
+    r.ok = true
+  end
+  return r
 end
 
 local function check_walk(lo, hi, sigs)
@@ -596,6 +617,9 @@ local function check_regs(pe)
   regs_check.walk = walk_check
   regs_check.jit_base = walk_check.ok and check_jit_base(pe) or { ok = false, reason = "no walk" }
   regs_check.lbase = regs_check.jit_base.ok and check_lbase(pe) or { ok = false, reason = "no jit_base" }
+  regs_check.vmstate = regs_check.lbase.ok
+    and check_vmstate(regs_check.jit_base, regs_check.lbase, select(6, pe.core._private.luaprof_read()))
+    or { ok = false, reason = "no cur_L->base" }
   return regs_check
 end
 
@@ -719,7 +743,7 @@ function M.start(opts)
   end
   if p.stacks then
     local ok, aerr = LP.luaprof_arm(ev:fd(), nil, M.callops(), regs_check.jit_base.ok and 1 or 0,
-                                    regs_check.lbase.ok and 1 or 0)
+                                    regs_check.lbase.ok and 1 or 0, regs_check.vmstate.ok and 1 or 0)
     p.builtins = M.builtins()
     if not ok then p.stacks = false; p.stacks_reason = aerr end
     p.jit_base = regs_check.jit_base
