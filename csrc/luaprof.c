@@ -9,8 +9,9 @@
  * frame's link is the caller's PC, whose previous instruction, a call,
  * has the A operand that gives the caller's BASE; other frames hold a byte
  * delta). When rdx is not BASE: in a trace, G->jit_base; in a C function
- * the interpreter called, cur_L->base (the VM stores it before the call);
- * else the words near sp, since traces spill BASE there. Every load goes
+ * the interpreter called, cur_L->base (the VM stores it before the call;
+ * G->vmstate, when found, tells a trace from the interpreter); else the
+ * words near sp, since traces spill BASE there. Every load goes
  * through process_vm_readv on this process, so a wrong address is EFAULT,
  * never a fault. The Lua side trusts a chain only where its PCs fall in
  * bytecode it knows, so the walk needs no knowledge of lua_State.
