@@ -186,8 +186,8 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
     e->vms = LP_NO_VMS;
     if (n == 0 && lp_vmstate && !lp_read(lp_vmstate, &e->vms, 4)) e->vms = LP_NO_VMS;
     if (n == 0 && lp_jit_base) {
-      /* G->jit_base can keep a trace's BASE after the trace has exited;
-       * when vmstate is known, it says whether a trace runs (>= 0) */
+      /* whether a trace runs: G->vmstate holds its number (>= 0) where
+       * the self-test found vmstate, else G->jit_base is not NULL */
       int in_trace;
       if (!lp_read(lp_jit_base, &jb, 8)) jb = 1;   /* unknown: not outside traces */
       in_trace = lp_vs_mode && e->vms != LP_NO_VMS ? e->vms >= 0 : jb != 0;
@@ -325,6 +325,7 @@ static int l_arm(lua_State *L)
   sigemptyset(&sa.sa_mask);
   lp_jb_mode = lua_isnoneornil(L, 4) ? 1 : pe_check_int(L, 4, "jit_base_mode", 0, 2);
   lp_lb_mode = lua_isnoneornil(L, 5) ? 0 : pe_check_int(L, 5, "lbase_mode", 0, 2);
+  lp_pid = getpid();                 /* lp_read needs it from here on */
   lp_jit_base = lp_find_jit_base(L);
   lp_cur_l = lp_jit_base ? lp_jit_base - 8 : 0;
   lp_vmstate = lp_find_vmstate(lp_cur_l);
@@ -334,7 +335,6 @@ static int l_arm(lua_State *L)
   memset(lp_icache, 0, sizeof lp_icache);
   lp_last_base = 0;
   for (i = 0; i < nops; i++) lp_callop[(uint8_t)ops[i]] = 1;
-  lp_pid = getpid();
   lp_head = lp_tail = lp_dropped = 0;
   if (sigaction(signo, &sa, NULL) < 0)
     return pe_push_syserror(L, "luaprof_arm", "sigaction", errno, NULL);
