@@ -8,8 +8,10 @@
  * links upward from BASE (GC64: the link is the slot at BASE-8; a Lua
  * frame's link is the caller's PC, whose previous instruction, a call,
  * has the A operand that gives the caller's BASE; other frames hold a byte
- * delta). When rdx is not BASE (C called from a trace), the words near sp
- * are tried as BASE, since traces spill it there. Every load goes
+ * delta). When rdx is not BASE: in a trace, G->jit_base; in a C function
+ * the interpreter called, cur_L->base (the VM stores it before the call;
+ * G->vmstate, when found, tells a trace from the interpreter); else the
+ * words near sp, since traces spill BASE there. Every load goes
  * through process_vm_readv on this process, so a wrong address is EFAULT,
  * never a fault. The Lua side trusts a chain only where its PCs fall in
  * bytecode it knows, so the walk needs no knowledge of lua_State.
@@ -36,6 +38,8 @@
 typedef struct lp_ent {
   uint64_t time, ip, bx, dx, sp;
   uint64_t fpc;                 /* GCfuncL.pc of the function at the walk's BASE */
+  uint64_t fn;                  /* that function (a GCfunc address), or 0 */
+  int32_t vms;                  /* G->vmstate when it was read, else 1 << 30 */
   uint32_t n;
   uint64_t pcs[LP_DEPTH];
 } lp_ent;
@@ -91,6 +95,13 @@ static struct { uint64_t pc; uint32_t ins; } lp_icache[LP_ICACHE];
 static uint64_t lp_last_base;      /* BASE of the last walk that worked */
 static uint64_t lp_jit_base;       /* &G->jit_base (BASE while a trace runs), or 0 */
 static int lp_jb_mode;             /* 0 never, 1 after rdx fails, 2 only (self-test) */
+static uint64_t lp_cur_l;          /* &G->cur_L (the word before jit_base), or 0 */
+static int lp_lb_mode;             /* cur_L->base: 0 never, 1 after rdx fails outside
+                                    * traces, 2 only (self-test) */
+static uint64_t lp_vmstate;        /* &G->vmstate, or 0 */
+static int lp_vs_mode;             /* 1: vmstate decides which base to try */
+#define LP_VMST_C (~1)             /* ~LJ_VMST_C: the VM runs a C function */
+#define LP_NO_VMS (1 << 30)
 
 static int lp_ins(uint64_t pc, uint32_t *ins)
 {
@@ -103,10 +114,26 @@ static int lp_ins(uint64_t pc, uint32_t *ins)
 }
 
 static uint64_t lp_base_fpc;      /* set by lp_walk: pc of the function at BASE */
+static uint64_t lp_base_fn;       /* and the function itself */
+
+/* the GCfunc in the slot at base-16 (tagged; GC64 keeps 47 address bits),
+ * or 0 when the word does not look like one: GCHeader's gct (+9) must be
+ * ~LJ_TFUNC (8); its ffid (+10) is 0 for a Lua function, 1 for a C
+ * function, more for a builtin */
+static uint64_t lp_func_at(uint64_t base, int *ffid)
+{
+  uint64_t fv, fn;
+  uint8_t hdr[2];
+  if (base < 16 || !lp_slot(base - 16, &fv)) return 0;
+  fn = fv & (((uint64_t)1 << 47) - 1);
+  if (fn < 0x10000 || (fn & 7) || !lp_read(fn + 9, hdr, 2) || hdr[0] != 8) return 0;
+  *ffid = hdr[1];
+  return fn;
+}
 
 static uint32_t lp_walk(uint64_t base, uint64_t *pcs, int strict)
 {
-  uint64_t fv, start = base;
+  uint64_t start = base;
   uint32_t n = 0;
   uint64_t link;
   lp_cbeg = lp_cend = 0;
@@ -123,11 +150,17 @@ static uint32_t lp_walk(uint64_t base, uint64_t *pcs, int strict)
     }
   }
   /* the frame's function slot (BASE-16, a tagged GCfunc pointer) and its
-   * GCfuncL.pc at +32: the Lua side checks it against known bytecode */
-  lp_base_fpc = 0;
-  if (n > 0 && lp_slot(start - 16, &fv)) {
-    uint64_t fn = fv & (((uint64_t)1 << 47) - 1), pc;
-    if (fn >= 0x10000 && (fn & 7) == 0 && lp_read(fn + 32, &pc, 8)) lp_base_fpc = pc;
+   * GCfuncL.pc at +32: the Lua side checks it against known bytecode, or
+   * (a builtin, a C function) the function's address against the library
+   * tables' */
+  lp_base_fpc = lp_base_fn = 0;
+  if (n > 0) {
+    int ffid;
+    uint64_t pc, fn = lp_func_at(start, &ffid);
+    if (fn && lp_read(fn + 32, &pc, 8)) {
+      lp_base_fpc = pc;
+      lp_base_fn = fn;
+    }
   }
   return n;
 }
@@ -141,18 +174,41 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
     lp_ent *e = &lp_ring[lp_head % LP_SLOTS];
     struct timespec ts;
     uint32_t n;
+    uint64_t jb = 0;
+    int only = lp_jb_mode == 2 || lp_lb_mode == 2;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     e->time = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     e->ip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
     e->bx = (uint64_t)uc->uc_mcontext.gregs[REG_RBX];
     e->dx = (uint64_t)uc->uc_mcontext.gregs[REG_RDX];
     e->sp = (uint64_t)uc->uc_mcontext.gregs[REG_RSP];
-    n = lp_jb_mode == 2 ? 0 : lp_walk(e->dx, e->pcs, 0);
-    if (n == 0 && lp_jit_base && lp_jb_mode) {
-      uint64_t jb;
-      if (lp_read(lp_jit_base, &jb, 8) && jb) n = lp_walk(jb, e->pcs, 1);
+    n = only ? 0 : lp_walk(e->dx, e->pcs, 0);
+    e->vms = LP_NO_VMS;
+    if (n == 0 && lp_vmstate && !lp_read(lp_vmstate, &e->vms, 4)) e->vms = LP_NO_VMS;
+    if (n == 0 && lp_jit_base) {
+      /* whether a trace runs: G->vmstate holds its number (>= 0) where
+       * the self-test found vmstate, else G->jit_base is not NULL */
+      int in_trace;
+      if (!lp_read(lp_jit_base, &jb, 8)) jb = 1;   /* unknown: not outside traces */
+      in_trace = lp_vs_mode && e->vms != LP_NO_VMS ? e->vms >= 0 : jb != 0;
+      if (in_trace && jb > 1 && lp_lb_mode != 2) n = lp_walk(jb, e->pcs, 1);
     }
-    if (n == 0 && lp_jb_mode != 2) {
+    if (n == 0 && lp_jit_base && lp_cur_l && lp_lb_mode && lp_jb_mode != 2
+        && (lp_vs_mode && e->vms != LP_NO_VMS ? e->vms < 0 : jb == 0)) {
+      /* outside traces, a C function the interpreter called (BC_FUNCC),
+       * or a C helper a builtin calls (tostring's number formatting, with
+       * vmstate still INTERP), runs with its frame's BASE stored in
+       * cur_L->base (lua_State +32) and rdx clobbered. The frame must hold
+       * a C function or builtin, so a base left over from an earlier call
+       * rarely passes */
+      uint64_t l, lb;
+      int ffid;
+      lp_cbeg = lp_cend = 0;
+      if (lp_read(lp_cur_l, &l, 8) && l && lp_read(l + 32, &lb, 8)
+          && lp_func_at(lb, &ffid) && ffid != 0)
+        n = lp_walk(lb, e->pcs, 1);
+    }
+    if (n == 0 && !only) {
       /* rdx is not BASE (C called from a trace clobbers it): try the
        * words near sp, where a trace keeps BASE spilled */
       uint64_t words[48];
@@ -180,6 +236,7 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
     }
     e->n = n;
     e->fpc = n > 0 ? lp_base_fpc : 0;
+    e->fn = n > 0 ? lp_base_fn : 0;
     if (n > 0 && !lp_last_base) lp_last_base = e->dx;
     {
       struct timespec t2;
@@ -219,10 +276,30 @@ static uint64_t lp_find_jit_base(lua_State *L)
   return found < 0 ? 0 : g + (uint64_t)(found + 1) * 8;
 }
 
-/* _private.luaprof_arm(fd, signo|nil, callops [, jit_base_mode]): signals on
- * each sample of fd to this thread; callops is a string of the opcode bytes
- * a return PC follows; jit_base_mode 0 never walks from G->jit_base, 1
- * (default) when rdx is not BASE, 2 only from it (the self-test) */
+/* &G->vmstate, or 0: the one int32 in global_State before cur_L that holds
+ * ~LJ_VMST_C while this C function runs (the Lua side checks it: a trace
+ * number while a trace runs) */
+static uint64_t lp_find_vmstate(uint64_t cur_l)
+{
+  int32_t w[1024];
+  uint64_t l, g;
+  int k, found = -1, n = 0;
+  if (!cur_l || !lp_read(cur_l, &l, 8) || !lp_read(l + 16, &g, 8)) return 0;   /* L->glref */
+  if (cur_l <= g || cur_l - g > sizeof w) return 0;
+  if (!lp_read(g, w, (size_t)(cur_l - g))) return 0;
+  for (k = 0; k < (int)((cur_l - g) / 4); k++)
+    if (w[k] == LP_VMST_C) { found = k; n++; }
+  return n == 1 ? g + (uint64_t)found * 4 : 0;
+}
+
+/* _private.luaprof_arm(fd, signo|nil, callops [, jit_base_mode [, lbase_mode
+ * [, vmstate_mode]]]):
+ * signals on each sample of fd to this thread; callops is a string of the
+ * opcode bytes a return PC follows; jit_base_mode 0 never walks from
+ * G->jit_base, 1 (default) when rdx is not BASE, 2 only from it (the
+ * self-test); lbase_mode likewise for cur_L->base outside traces (default
+ * 0); vmstate_mode 1 lets G->vmstate say whether a trace or a C function
+ * runs (default 0: G->jit_base being NULL says no trace runs) */
 static int l_arm(lua_State *L)
 {
 #if defined(__x86_64__)
@@ -247,12 +324,17 @@ static int l_arm(lua_State *L)
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
   lp_jb_mode = lua_isnoneornil(L, 4) ? 1 : pe_check_int(L, 4, "jit_base_mode", 0, 2);
-  lp_jit_base = lp_jb_mode ? lp_find_jit_base(L) : 0;
+  lp_lb_mode = lua_isnoneornil(L, 5) ? 0 : pe_check_int(L, 5, "lbase_mode", 0, 2);
+  lp_pid = getpid();                 /* lp_read needs it from here on */
+  lp_jit_base = lp_find_jit_base(L);
+  lp_cur_l = lp_jit_base ? lp_jit_base - 8 : 0;
+  lp_vmstate = lp_find_vmstate(lp_cur_l);
+  lp_vs_mode = lua_isnoneornil(L, 6) ? 0 : pe_check_int(L, 6, "vmstate_mode", 0, 1);
+  if (!lp_jb_mode) lp_jit_base = 0;
   memset(lp_callop, 0, sizeof lp_callop);
   memset(lp_icache, 0, sizeof lp_icache);
   lp_last_base = 0;
   for (i = 0; i < nops; i++) lp_callop[(uint8_t)ops[i]] = 1;
-  lp_pid = getpid();
   lp_head = lp_tail = lp_dropped = 0;
   if (sigaction(signo, &sa, NULL) < 0)
     return pe_push_syserror(L, "luaprof_arm", "sigaction", errno, NULL);
@@ -297,7 +379,7 @@ static int l_disarm(lua_State *L)
   return 1;
 }
 
-/* _private.luaprof_read() -> array of {time, ip, bx, dx, sp, pcs = {...}},
+/* _private.luaprof_read() -> array of {time, ip, bx, dx, sp, fpc, fn, pcs = {...}},
  * dropped (ring full), late (signals that came while disarmed), and the
  * nanoseconds spent walking in the handler so far */
 static int l_read(lua_State *L)
@@ -309,13 +391,15 @@ static int l_read(lua_State *L)
   for (i = lp_tail; i != head; i++) {
     const lp_ent *e = &lp_ring[i % LP_SLOTS];
     uint32_t j;
-    lua_createtable(L, 0, 6);
+    lua_createtable(L, 0, 8);
     pe_push_u64(L, e->time); lua_setfield(L, -2, "time");
     pe_push_u64(L, e->ip); lua_setfield(L, -2, "ip");
     pe_push_u64(L, e->bx); lua_setfield(L, -2, "bx");
     pe_push_u64(L, e->dx); lua_setfield(L, -2, "dx");
     pe_push_u64(L, e->sp); lua_setfield(L, -2, "sp");
     pe_push_u64(L, e->fpc); lua_setfield(L, -2, "fpc");
+    pe_push_u64(L, e->fn); lua_setfield(L, -2, "fn");
+    if (e->vms != LP_NO_VMS) { lua_pushinteger(L, e->vms); lua_setfield(L, -2, "vms"); }
     lua_createtable(L, (int)e->n, 0);
     for (j = 0; j < e->n; j++) {
       pe_push_u64(L, e->pcs[j]);
@@ -330,7 +414,8 @@ static int l_read(lua_State *L)
   lua_pushinteger(L, lp_late);
   pe_push_u64(L, lp_ns);
   pe_push_u64(L, lp_jit_base);
-  return 5;
+  pe_push_u64(L, lp_vmstate);
+  return 6;
 }
 
 /* the three functions go to core._private (profile.lua's hooks, not API) */

@@ -135,6 +135,16 @@ describe("pe.profile", function()
     assert.is_true(st.regs.walk.hits >= 0.9 * st.regs.walk.samples)
     -- and from G->jit_base alone, on a compiled loop
     assert.is_true(st.regs.jit_base.ok, tostring(st.regs.jit_base.reason))
+    -- and from cur_L->base alone, in string.rep called by a jit.off() caller:
+    -- the caller at its line, string.rep's own address in the frame
+    assert.is_true(st.regs.lbase.ok, tostring(st.regs.lbase.reason))
+    assert.is_true(st.regs.lbase.hits >= 0.95 * st.regs.lbase.walked)
+    assert.is_true(st.regs.lbase.walked >= 0.5 * st.regs.lbase.samples)
+    -- G->vmstate: a live trace's number (jit.util.traceinfo knows it) while
+    -- the compiled loop ran, ~LJ_VMST_C while string.rep ran
+    assert.is_true(st.regs.vmstate.ok, tostring(st.regs.vmstate.reason))
+    assert.is_true(st.regs.vmstate.trace >= 0.8 * st.regs.vmstate.tsamples)
+    assert.is_true(st.regs.vmstate.c >= 0.8 * st.regs.vmstate.csamples)
   end)
 
   it("JIT-compiled: per-function shares within 5 points of luajit -jp, lines inside the function", function()
@@ -398,6 +408,111 @@ describe("pe.profile", function()
     assert.is_true(top.share >= 85, top.share)
   end)
 
+  -- C functions called from Lua: each workload's loop is one line, so the
+  -- call's line is also the line a trace over the loop starts at
+  local cw_ffi, cw_buf = require("ffi"), nil
+  pcall(cw_ffi.cdef, "void *memset(void *s, int c, size_t n);")
+  local cw_memset = cw_ffi.C.memset
+  local cw_concat, cw_format, cw_tostring = table.concat, string.format, tostring
+  local cw_parts = {}
+  for i = 1, 2000 do cw_parts[i] = "abcdefghij" .. i end
+  local function cw_cat(n) local s = 0 for _ = 1, n do s = s + #cw_concat(cw_parts, ",") end return s end
+  local function cw_fmt(n) local s = 0 for i = 1, n do s = s + #cw_format("%d %s %.17g", i, "x", i / 7) end return s end
+  local function cw_ffi_fill(n) for i = 1, n do cw_memset(cw_buf, i % 256, 1048576) end end
+  local function cw_tostr(n) local s = 0 for i = 1, n do s = s + #cw_tostring(i / 7 + 1e300) end return s end
+  local cworks = { { "cw_cat", cw_cat, 50 }, { "cw_fmt", cw_fmt, 20000 }, { "cw_ffi_fill", cw_ffi_fill, 50 },
+                   { "cw_tostr", cw_tostr, 20000 } }
+  -- what each mode must reach: the share of a workload's samples with a C
+  -- leaf whose nearest Lua frame is the workload at its call line.
+  -- Measured on a loaded 2-core VM: 89-98 % interpreted, 71-98 % compiled
+  -- (table.concat's the lowest; doc/profiling.md, "What was measured")
+  local cw_min = { interp = 0.8, jit = 0.6 }
+
+  for _, mode in ipairs({ "interp", "jit" }) do
+    it("a C function called from Lua sits under its caller at the call line (" .. mode
+       .. "): table.concat, string.format, an FFI call into libc, tostring", function()
+      cw_buf = cw_buf or cw_ffi.new("char[?]", 1048576)
+      local report = {}
+      for _, w in ipairs(cworks) do
+        local name, fn, n = w[1], w[2], w[3]
+        if mode == "interp" then jit.off(fn) else jit.on(fn) end
+        local p = assert(pe.profile.start({ freq = 999 }))
+        finally(function() p:stop() end)
+        assert.is_true(p.stacks, tostring(p.stacks_reason))
+        local t0 = os.clock()
+        while os.clock() - t0 < 0.3 do fn(n) end
+        p:stop()
+        local line = debug.getinfo(fn, "S").linedefined
+        local cleaf, under, wrong = 0, 0, 0
+        for _, frames in ipairs(p.samples) do
+          local k = #frames
+          if frames[k].c then
+            local up
+            for i = k - 1, 1, -1 do if frames[i].lua then up = frames[i] break end end
+            if up and up.lua.name == name then
+              cleaf = cleaf + 1
+              if up.line == line then under = under + 1 else wrong = wrong + 1 end
+            elseif up == nil or up.lua.chunk ~= "spec/profile_spec.lua" or up.lua.name ~= "anon" then
+              -- a C leaf with no caller, or not under the workload (the
+              -- driving loop's own lines are this spec's anon function)
+              cleaf = cleaf + 1
+              if os.getenv("PE_PROF_REPORT") then
+                local t = {}
+                for i = math.max(1, k - 3), k do
+                  t[#t + 1] = frames[i].c or pe.profile.frame_name(frames[i].lua, frames[i].line)
+                end
+                io.stderr:write("missed ", name, " ", table.concat(t, ";"), "\n")
+              end
+            end
+          end
+        end
+        report[#report + 1] = string.format("%s %d/%d of %d", name, under, cleaf, p.nsamples)
+        -- the C part is a real share of the time, and (nearly) all of it
+        -- is under the workload at its call line
+        assert.is_true(cleaf >= 0.2 * p.nsamples, table.concat(report, ", ") .. "\n" .. p:folded())
+        assert.is_true(under >= cw_min[mode] * cleaf, table.concat(report, ", ") .. "\n" .. p:folded())
+        assert.equal(0, wrong)
+      end
+      if os.getenv("PE_PROF_REPORT") then io.stderr:write(mode, ": ", table.concat(report, ", "), "\n") end
+    end)
+  end
+
+  it("names the builtin a jit.off() loop calls as the leaf under its caller (math.sqrt, string.byte)", function()
+    local sqrt, sbyte = math.sqrt, string.byte
+    local text = string.rep("abcdefgh", 64)
+    local function bi_sqrt(n) local s = 0 for i = 1, n do s = s + sqrt(i) end return s end
+    local function bi_byte(n) local s = 0 for _ = 1, n do s = s + sbyte(text, 1, 64) end return s end
+    for _, w in ipairs({ { bi_sqrt, "math.sqrt", 1e5 }, { bi_byte, "string.byte", 1e4 } }) do
+      local fn, bname, n = w[1], w[2], w[3]
+      jit.off(fn)
+      local p = assert(pe.profile.start({ freq = 999 }))
+      finally(function() p:stop() end)
+      local t0 = os.clock()
+      while os.clock() - t0 < 0.3 do fn(n) end
+      p:stop()
+      -- the address behind the name: the function LuaJIT's %p gives
+      local addr = tonumber(string.format("%p", bname == "math.sqrt" and sqrt or sbyte):match("0x(%x+)"), 16)
+      assert.equal(bname, p.builtins[addr])
+      local named, unnamed = 0, 0
+      local lname = bname == "math.sqrt" and "bi_sqrt" or "bi_byte"
+      local want = lname .. "@spec/profile_spec.lua:" .. debug.getinfo(fn, "S").linedefined .. ";" .. bname .. " "
+      for l in p:folded():gmatch("[^\n]+") do
+        local c = tonumber(l:match(" (%d+)$"))
+        if l:find(want, 1, true) then named = named + c end
+        if l:find(lname .. "@spec/profile_spec.lua:%d+;%[luajit%] %d+$") then unnamed = unnamed + c end
+      end
+      if os.getenv("PE_PROF_REPORT") then
+        io.stderr:write(string.format("builtin %s: %d named, %d [luajit] of %d\n", bname, named, unnamed, p.nsamples))
+      end
+      -- builtin samples in LuaJIT's own (stripped) code are named, not
+      -- [luajit]; a few remain in the call/return sequence, where rdx is
+      -- not yet (or no longer) the builtin's BASE
+      assert.is_true(named >= 0.05 * p.nsamples and unnamed <= 0.25 * named,
+                     string.format("%s: %d named, %d [luajit] of %d\n%s", bname, named, unnamed, p.nsamples,
+                                   p:folded()))
+    end
+  end)
+
   it("attributes code in coroutines, and survives trace flushes and GC of profiled functions", function()
     local co_hot = function(n)
       local s = 0
@@ -437,6 +552,144 @@ describe("pe.profile", function()
     assert.is_true(co_n >= 100, "co_hot " .. co_n)
     assert.is_true(gen_n >= 10, "gen " .. gen_n)
     assert.is_true(other <= 0.2 * (co_n + gen_n), "other " .. other)
+  end)
+
+  it("soak: start/drain/stop cycles with coroutines, flushes and GC; each cycle names only its own code", function()
+    local cycles, report = 0, {}
+    local t_end = os.clock() + 3
+    local parts = {}
+    for i = 1, 500 do parts[i] = "soak" .. i end
+    while os.clock() < t_end or cycles < 6 do
+      cycles = cycles + 1
+      -- fresh code each cycle: a loop, a C call (table.concat) and a
+      -- builtin (string.rep), run in a coroutine that yields every round
+      local src = "local parts, concat, rep = ... return function(n) local s = 0 while true do "
+        .. "for i = 1, n do s = s + (i % 13) end s = s + #concat(parts) + #rep('z', 5000) "
+        .. "coroutine.yield(s) end end"
+      -- loaded before start (found through this frame's locals) or after
+      -- it (jit.attach's bc event); JIT-compiled or interpreted
+      local mk, body, p
+      if cycles % 3 ~= 0 then
+        mk = assert(loadstring(src, "=soak" .. cycles))
+        body = mk(parts, table.concat, string.rep)
+      end
+      p = assert(pe.profile.start({ freq = 999 }))
+      finally(function() p:stop() end)
+      if not mk then
+        mk = assert(loadstring(src, "=soak" .. cycles))
+        body = mk(parts, table.concat, string.rep)
+      end
+      if cycles % 2 == 0 then jit.off(body) end
+      local co = coroutine.wrap(body)
+      local t0 = os.clock()
+      while os.clock() - t0 < 0.1 do co(20000) end
+      p:drain()
+      jit.flush()
+      t0 = os.clock()
+      while os.clock() - t0 < 0.1 do co(20000) end
+      co, body, mk = nil, nil, nil   -- luacheck: ignore 311
+      collectgarbage()
+      collectgarbage()
+      p:stop()
+      local own, foreign = 0, 0
+      for _, frames in ipairs(p.samples) do
+        for _, f in ipairs(frames) do
+          local c = f.lua and f.lua.chunk:match("^soak(%d+)$")
+          if c then
+            if tonumber(c) == cycles then own = own + 1 else foreign = foreign + 1 end
+            break
+          end
+        end
+      end
+      report[#report + 1] = string.format("%d:%d/%d", cycles, own, p.nsamples)
+      -- about 0.2 s of the coroutine's CPU time at 999 Hz; no sample is
+      -- named after an earlier cycle's (collected) code whose addresses
+      -- the new code may reuse
+      assert.is_true(own >= 50, table.concat(report, " "))
+      assert.equal(0, foreign)
+      assert.is_true(p.nsigs >= 0.8 * p.nsamples, p.nsigs .. " signals, " .. p.nsamples .. " samples")
+    end
+    if os.getenv("PE_PROF_REPORT") then io.stderr:write("soak ", table.concat(report, " "), "\n") end
+  end)
+
+  it("no signal arrives after stop(): the handler's late counter and the pending masks stay clear", function()
+    local ffi = require("ffi")
+    pcall(ffi.cdef, "int raise(int sig); int __libc_current_sigrtmin(void);")
+    local signo = ffi.C.__libc_current_sigrtmin() + 3
+    local function pending()
+      -- the thread's and the process's pending masks in /proc/self/status
+      local f = assert(io.open("/proc/self/status"))
+      local st = f:read("*a")
+      f:close()
+      local out = {}
+      for _, k in ipairs({ "SigPnd", "ShdPnd" }) do
+        local hex = assert(st:match(k .. ":%s*(%x+)"), k)
+        -- bit signo-1, counted from the right of the hex mask
+        local digit = tonumber(hex:sub(-1 - math.floor((signo - 1) / 4), -1 - math.floor((signo - 1) / 4)), 16)
+        out[#out + 1] = math.floor(digit / 2 ^ ((signo - 1) % 4)) % 2
+      end
+      return out[1] + out[2]
+    end
+    local LP = pe.core._private
+    for _, freq in ipairs({ 999, 9999 }) do
+      local p = assert(pe.profile.start({ freq = freq }))
+      finally(function() p:stop() end)
+      assert.is_true(p.stacks, tostring(p.stacks_reason))
+      local t0 = os.clock()
+      local s = 0
+      while os.clock() - t0 < 0.2 do for i = 1, 1000 do s = s + i % 3 end end
+      p:stop()
+      local _, _, late0 = LP.luaprof_read()
+      t0 = os.clock()
+      while os.clock() - t0 < 0.1 do for i = 1, 1000 do s = s + i % 3 end end
+      local _, _, late1 = LP.luaprof_read()
+      assert.equal(late0, late1)
+      assert.equal(0, pending())
+      assert.is_true(p.nsigs > 0.1 * freq, "signals " .. p.nsigs)
+    end
+    -- the counter does see a signal that comes while disarmed: one raised
+    -- now runs the installed handler once
+    local _, _, before = LP.luaprof_read()
+    assert.equal(0, ffi.C.raise(signo))
+    local _, _, after = LP.luaprof_read()
+    assert.equal(before + 1, after)
+    assert.equal(0, pending())
+  end)
+
+  it("a C function called in a coroutine and one called in the main thread each sit under their own caller", function()
+    local parts, concat, rep = {}, table.concat, string.rep
+    for i = 1, 2000 do parts[i] = "abcdefghij" end
+    local function co_side() while true do local s = #concat(parts) coroutine.yield(s) end end
+    local function main_side() return #rep("y", 200000) end
+    local function drive()
+      local co = coroutine.wrap(co_side)
+      local t0 = os.clock()
+      while os.clock() - t0 < 0.4 do co() main_side() end
+    end
+    jit.off(co_side) jit.off(main_side) jit.off(drive)
+    local p = assert(pe.profile.start({ freq = 999 }))
+    finally(function() p:stop() end)
+    drive()
+    p:stop()
+    local co_ok, main_ok, crossed = 0, 0, 0
+    for _, frames in ipairs(p.samples) do
+      local names = {}
+      for _, f in ipairs(frames) do names[#names + 1] = f.c or f.lua.name end
+      local k = table.concat(names, ";")
+      -- the coroutine's stack ends at its function (the walk stops at the
+      -- coroutine's base); the main thread's runs through drive
+      if k:find("co_side;table.concat", 1, true) then
+        if k:find("drive", 1, true) or k:find("main_side", 1, true) then crossed = crossed + 1
+        else co_ok = co_ok + 1 end
+      elseif k:find("drive;main_side;string.rep", 1, true) then
+        if k:find("co_side", 1, true) then crossed = crossed + 1 else main_ok = main_ok + 1 end
+      elseif k:find("string.rep", 1, true) or k:find("table.concat", 1, true) then
+        crossed = crossed + 1
+      end
+    end
+    assert.is_true(co_ok >= 0.2 * p.nsamples and main_ok >= 0.2 * p.nsamples,
+                   string.format("coroutine %d main %d of %d\n%s", co_ok, main_ok, p.nsamples, p:folded()))
+    assert.equal(0, crossed)
   end)
 
   it("writes a perf map that names the traces for the perf tool", function()

@@ -27,8 +27,10 @@
 --
 -- Above that leaf go the Lua callers, walked at sample time: every sample
 -- also signals this thread, and csrc/luaprof.c follows LuaJIT's frame links
--- from BASE (rdx) in the handler. Only return addresses into known bytecode
--- become frames. Stacks are root first.
+-- from BASE (rdx; G->jit_base in a trace; cur_L->base in a C function the
+-- interpreter called) in the handler. Only return addresses into known
+-- bytecode become frames. A builtin or C function in the frame at BASE is
+-- named from package.loaded's tables (`M.builtins`). Stacks are root first.
 --
 -- Steps 2 and 3 rely on LuaJIT internals (GCfuncL.pc at offset 32, the
 -- prototype header size, rbx as PC). Both are checked by a self-test at the
@@ -249,24 +251,83 @@ function Reg:add_proto(pt, off)
   if a then self:add_bc(pt, a + off) end
 end
 
--- a Lua function and, recursively, the prototypes nested in it
-function Reg:add_tree(obj, off, seen)
-  if seen[obj] then return end
-  seen[obj] = true
-  if type(obj) == "function" then
-    local ok, fi = pcall(jutil.funcinfo, obj)
-    if not ok or not fi or not fi.bytecodes then return end   -- a C function
-    self:add_bc(obj, u64p(addr_of(obj) + FN_PC_OFFSET))
-  else
-    self:add_proto(obj, off)
+-- how many entries of one table are looked at for functions (a big data
+-- table in an upvalue would otherwise make start slow), and how many
+-- functions and prototypes one start visits through upvalues and locals
+-- (up to about 75 ms of CPU time, seen with a chain of 200000 closures)
+local TABLE_SCAN = 4096
+local VISIT_BUDGET = 10000
+
+-- the functions among the values of table t (the first TABLE_SCAN), onto
+-- the work list
+local function push_table_functions(t, work, seen)
+  if seen[t] then return end
+  seen[t] = true
+  local n = 0
+  for _, x in pairs(t) do
+    if type(x) == "function" and not seen[x] then work[#work + 1] = x end
+    n = n + 1
+    if n >= TABLE_SCAN then break end
   end
-  local i = -1
-  while true do
-    local k = jutil.funck(obj, i)
-    if k == nil then break end
-    if type(k) == "proto" then self:add_tree(k, off, seen) end
-    i = i - 1
+end
+
+-- a Lua function and the prototypes nested in it, and the functions it
+-- holds as upvalues (directly, or as the values of a table upvalue), and
+-- theirs in turn: a module's local helpers are siblings of its exported
+-- functions in the main chunk, which is gone once it has run. A work list,
+-- not recursion, so a long chain of closures cannot overflow the stack.
+function Reg:add_tree(root, off, seen)
+  local work = { root }
+  while #work > 0 do
+    local obj = work[#work]
+    work[#work] = nil
+    if not seen[obj] then
+      seen[obj] = true
+      local lua = true
+      if type(obj) == "function" then
+        local ok, fi = pcall(jutil.funcinfo, obj)
+        if not ok or not fi or not fi.bytecodes then
+          lua = false                                  -- a C function
+        else
+          self:add_bc(obj, u64p(addr_of(obj) + FN_PC_OFFSET))
+          self.nvisit = (self.nvisit or 0) + 1
+          for u = 1, self.nvisit <= VISIT_BUDGET and fi.upvalues or 0 do
+            local _, v = debug.getupvalue(obj, u)
+            if type(v) == "function" then
+              if not seen[v] then work[#work + 1] = v end
+            elseif type(v) == "table" then
+              push_table_functions(v, work, seen)
+            end
+          end
+        end
+      else
+        self:add_proto(obj, off)
+      end
+      local i = -1
+      while lua do
+        local k = jutil.funck(obj, i)
+        if k == nil then break end
+        if type(k) == "proto" and not seen[k] then work[#work + 1] = k end
+        i = i - 1
+      end
+    end
   end
+end
+
+-- the functions held in the locals of the frame at `level` (counted from
+-- this function), directly or as the values of a table
+function Reg:add_locals(level, off, seen)
+  local work = {}
+  for k = 1, 250 do
+    local name, v = debug.getlocal(level, k)
+    if not name then break end
+    if type(v) == "function" then
+      work[#work + 1] = v
+    elseif type(v) == "table" then
+      push_table_functions(v, work, seen)
+    end
+  end
+  for _, f in ipairs(work) do self:add_tree(f, off, seen) end
 end
 
 -- the entry of `list` (sorted by .lo) with the greatest lo <= a, or nil
@@ -388,20 +449,90 @@ local function check_jit_base(pe)
   local clo = u64p(addr_of(selftest_jcaller) + FN_PC_OFFSET)
   local chi = clo + 4 * jutil.funcinfo(selftest_jcaller).bytecodes
   local want = debug.getinfo(selftest_jcaller, "S").linedefined
-  local good = 0
+  local good, vms_trace = 0, 0
   for _, g in ipairs(sigs) do
     local pc = g.pcs[1] and tonumber(g.pcs[1])
     if pc and pc - 4 >= clo and pc - 4 < chi
       and jutil.funcinfo(selftest_jcaller, (pc - clo) / 4 - 1).currentline == want then
       good = good + 1
     end
+    -- G->vmstate, where found: the number of a trace while one runs
+    if g.vms and g.vms > 0 and jutil.traceinfo(g.vms) then vms_trace = vms_trace + 1 end
   end
   if #sigs < 10 or good < 0.8 * #sigs then
-    return { ok = false, samples = #sigs, hits = good,
+    return { ok = false, samples = #sigs, hits = good, vms_trace = vms_trace,
              reason = format("the walk from G->jit_base found the caller at debug.getinfo's line in %d of %d",
                              good, #sigs) }
   end
-  return { ok = true, samples = #sigs, hits = good }
+  return { ok = true, samples = #sigs, hits = good, vms_trace = vms_trace }
+end
+
+-- a C function called by the interpreter, from a one-line caller: with
+-- the walk from cur_L->base alone, samples in string.rep must name the
+-- caller at its line and string.rep as the function at BASE
+local selftest_rep = string.rep
+local function selftest_ccaller(n) return #selftest_rep("x", n) + 0 end
+local function selftest_cspin(n) local s = 0 for _ = 1, 8 do s = s + selftest_ccaller(n) end return s end
+
+local function check_lbase(pe)
+  local LP = pe.core._private
+  local ev = pe.open({ event = "cpu-clock", sample_period = 100000, sample_type = "ip",
+                       exclude_kernel = true, exclude_hv = true, wakeup_events = 1 }, { pages = 16 })
+  if not ev then return { ok = false, reason = "cannot sample" } end
+  jit.off(selftest_ccaller)
+  jit.off(selftest_cspin)
+  local armed, aerr = LP.luaprof_arm(ev:fd(), nil, M.callops(), 1, 2)
+  if not armed then ev:close() return { ok = false, reason = tostring(aerr) } end
+  local t0 = os.clock()
+  ev:enable()
+  repeat selftest_cspin(1000000) until os.clock() - t0 > 0.03
+  ev:disable()
+  LP.luaprof_disarm(ev:fd())
+  local sigs = LP.luaprof_read()
+  ev:close()
+  local clo = u64p(addr_of(selftest_ccaller) + FN_PC_OFFSET)
+  local chi = clo + 4 * jutil.funcinfo(selftest_ccaller).bytecodes
+  local want = debug.getinfo(selftest_ccaller, "S").linedefined
+  local rep_at = addr_of(selftest_rep)
+  local walked, good, vms_c = 0, 0, 0
+  for _, g in ipairs(sigs) do
+    local pc = g.pcs[1] and tonumber(g.pcs[1])
+    if g.vms == -2 then vms_c = vms_c + 1 end    -- ~LJ_VMST_C
+    if pc then
+      walked = walked + 1
+      if pc - 4 >= clo and pc - 4 < chi and tonumber(g.fn) == rep_at
+        and jutil.funcinfo(selftest_ccaller, (pc - clo) / 4 - 1).currentline == want then
+        good = good + 1
+      end
+    end
+  end
+  -- string.rep's fill is most of the time; the rest (the interpreter,
+  -- where cur_L->base is stale and its function slot holds a result)
+  -- must give no walk rather than a wrong one
+  if #sigs < 10 or walked < 0.5 * #sigs or good < 0.95 * walked then
+    return { ok = false, samples = #sigs, walked = walked, hits = good, vms_c = vms_c,
+             reason = format("the walk from cur_L->base found string.rep under its caller's line in %d of %d"
+                             .. " (%d walked)", good, #sigs, walked) }
+  end
+  return { ok = true, samples = #sigs, walked = walked, hits = good, vms_c = vms_c }
+end
+
+-- G->vmstate, found by the arm next to cur_L, must have held a live
+-- trace's number in most samples of the compiled loop and ~LJ_VMST_C in
+-- most of string.rep's
+local function check_vmstate(jb, lb, addr)
+  if not addr or tonumber(addr) == 0 then
+    return { ok = false, reason = "no single int32 held ~LJ_VMST_C in global_State before cur_L" }
+  end
+  local r = { trace = jb.vms_trace or 0, tsamples = jb.samples or 0, c = lb.vms_c or 0, csamples = lb.samples or 0 }
+  if r.tsamples < 10 or r.csamples < 10 or r.trace < 0.8 * r.tsamples or r.c < 0.8 * r.csamples then
+    r.ok = false
+    r.reason = format("G->vmstate held a trace number in %d of %d samples of a compiled loop and ~LJ_VMST_C in"
+                      .. " %d of %d in string.rep", r.trace, r.tsamples, r.c, r.csamples)
+  else
+    r.ok = true
+  end
+  return r
 end
 
 local function check_walk(lo, hi, sigs)
@@ -485,6 +616,10 @@ local function check_regs(pe)
   end
   regs_check.walk = walk_check
   regs_check.jit_base = walk_check.ok and check_jit_base(pe) or { ok = false, reason = "no walk" }
+  regs_check.lbase = regs_check.jit_base.ok and check_lbase(pe) or { ok = false, reason = "no jit_base" }
+  regs_check.vmstate = regs_check.lbase.ok
+    and check_vmstate(regs_check.jit_base, regs_check.lbase, select(6, pe.core._private.luaprof_read()))
+    or { ok = false, reason = "no cur_L->base" }
   return regs_check
 end
 
@@ -576,6 +711,7 @@ function M.start(opts)
         local i = debug.getinfo(level, "f")
         if not i then break end
         if i.func then reg:add_tree(i.func, off, seen) end
+        reg:add_locals(level + 1, off, seen)
       end
       for _, m in pairs(package.loaded) do
         if type(m) == "table" then
@@ -606,7 +742,9 @@ function M.start(opts)
     p.stacks, p.stacks_reason = false, regs_check.walk.reason
   end
   if p.stacks then
-    local ok, aerr = LP.luaprof_arm(ev:fd(), nil, M.callops(), regs_check.jit_base.ok and 1 or 0)
+    local ok, aerr = LP.luaprof_arm(ev:fd(), nil, M.callops(), regs_check.jit_base.ok and 1 or 0,
+                                    regs_check.lbase.ok and 1 or 0, regs_check.vmstate.ok and 1 or 0)
+    p.builtins = M.builtins()
     if not ok then p.stacks = false; p.stacks_reason = aerr end
     p.jit_base = regs_check.jit_base
     p.walk_ns0 = tonumber((select(4, LP.luaprof_read())))
@@ -615,6 +753,52 @@ function M.start(opts)
   local ok, e2 = ev:enable()
   if not ok and e2 then p:stop() return nil, e2 end
   return p
+end
+
+-- the library tables named first, in this order; the other modules of
+-- package.loaded follow sorted by name
+local LIBS = { "_G", "string", "table", "math", "io", "os", "coroutine", "debug", "package",
+               "bit", "jit", "ffi", "jit.util", "jit.profile" }
+
+--- Names of the builtins and C functions in package.loaded's tables, by the
+-- function's address (what `%p` gives, the GCfunc the frame holds), as
+-- `lib.name` (`_G`'s without a prefix); the cdata metamethods as
+-- `cdata.__call`, .... The table keeps the functions, so no address in it
+-- is reused while it lives.
+-- @treturn table address -> name
+function M.builtins()
+  local names, keep = {}, {}
+  local function add(prefix, t)
+    if type(t) ~= "table" then return end
+    local ks = {}
+    for k, v in pairs(t) do
+      if type(k) == "string" and type(v) == "function" then ks[#ks + 1] = k end
+    end
+    sort(ks)
+    for _, k in ipairs(ks) do
+      local f = t[k]
+      local fi = jutil and jutil.funcinfo(f)
+      local a = fi and fi.ffid and addr_of(f)
+      if a and not names[a] then
+        names[a] = prefix and prefix .. "." .. k or k
+        keep[#keep + 1] = f
+      end
+    end
+  end
+  local seen = {}
+  for _, m in ipairs(LIBS) do
+    local t = package.loaded[m]
+    if t then seen[m] = true add(m ~= "_G" and m or nil, t) end
+  end
+  local rest = {}
+  for m in pairs(package.loaded) do
+    if type(m) == "string" and not seen[m] then rest[#rest + 1] = m end
+  end
+  sort(rest)
+  for _, m in ipairs(rest) do add(m, package.loaded[m]) end
+  if ffi then add("cdata", debug.getmetatable(ffi.new("char[1]"))) end
+  names.functions = keep
+  return names
 end
 
 -- the Lua callers from a sample-time frame walk, root first: each PC is a
@@ -650,6 +834,18 @@ function Profile:_resolve(rec, sig)
   if not sig or not self.reg then return leaf end
   local up = callers(self.reg, sig)
   if #up == 0 then return leaf end
+  -- the walk's BASE frame holds a builtin or C function and the leaf has
+  -- no Lua frame: name it. LuaJIT's own unnamed code is the builtin (or
+  -- what it calls inside the VM); a leaf in another module sits under it
+  local bname = leaf[1].c and self.builtins and self.builtins[tonumber(sig.fn)]
+  if bname then
+    local f = leaf[1]
+    if #leaf == 1 and f.module and f.module:find("luajit", 1, true) and f.c:find("^%[") then
+      leaf[1] = { c = bname, addr = f.addr, module = f.module, builtin = true }
+    else
+      up[#up + 1] = { c = bname, builtin = true }
+    end
+  end
   -- the leaf's own Lua frame, when it is the same function, replaces the
   -- walk's base function (a different one was inlined into its trace)
   local last = up[#up]
