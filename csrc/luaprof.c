@@ -47,6 +47,15 @@ typedef struct lp_ent {
 static lp_ent lp_ring[LP_SLOTS];
 static volatile uint32_t lp_head, lp_tail, lp_dropped, lp_late;
 static volatile uint64_t lp_ns;      /* time spent in the handler's walks */
+/* The walk's own CPU time makes samples.  When a walk costs more than the
+ * sample period the handler would run back to back for ever, and the
+ * signals it cannot take in time queue up to the user's RLIMIT_SIGPENDING,
+ * after which the kernel sends SIGIO instead (its default action ends the
+ * process).  So: no walk until 3x the last walk's cost has passed (walks
+ * take at most a quarter of the thread's time), and the copies of the
+ * signal queued meanwhile are taken off the queue on entry. */
+static volatile uint64_t lp_quiet_until, lp_throttled;
+static int lp_signo;
 static volatile int lp_on;
 static int lp_fd = -1;              /* the armed event's fd */
 static uint64_t lp_id;              /* and its id (fd numbers are reused) */
@@ -168,7 +177,28 @@ static uint32_t lp_walk(uint64_t base, uint64_t *pcs, int strict)
 static void lp_handler(int sig, siginfo_t *si, void *ctx)
 {
   int saved = errno;
-  (void)sig; (void)si;
+  (void)si;
+  if (sig == SIGIO) {                  /* see l_arm: a signal the kernel could not queue */
+    lp_throttled = lp_throttled + 1;
+    return;
+  }
+  if (lp_on) {
+    /* the queued copies (blocked while this handler runs) are dropped */
+    sigset_t one;
+    siginfo_t info;
+    struct timespec zero = { 0, 0 }, now;
+    sigemptyset(&one);
+    sigaddset(&one, lp_signo);
+    while (sigtimedwait(&one, &info, &zero) == lp_signo) lp_throttled = lp_throttled + 1;
+    uint64_t t;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    t = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+    if (t < lp_quiet_until) {
+      lp_throttled = lp_throttled + 1;
+      errno = saved;
+      return;
+    }
+  }
   if (lp_on && lp_head - lp_tail < LP_SLOTS) {
     ucontext_t *uc = ctx;
     lp_ent *e = &lp_ring[lp_head % LP_SLOTS];
@@ -241,7 +271,9 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
     {
       struct timespec t2;
       clock_gettime(CLOCK_MONOTONIC, &t2);
-      lp_ns = lp_ns + ((uint64_t)t2.tv_sec * 1000000000u + (uint64_t)t2.tv_nsec - e->time);
+      uint64_t end = (uint64_t)t2.tv_sec * 1000000000u + (uint64_t)t2.tv_nsec;
+      lp_ns = lp_ns + (end - e->time);
+      lp_quiet_until = end + 3 * (end - e->time);
     }
     __atomic_signal_fence(__ATOMIC_RELEASE);
     lp_head = lp_head + 1;
@@ -336,8 +368,20 @@ static int l_arm(lua_State *L)
   lp_last_base = 0;
   for (i = 0; i < nops; i++) lp_callop[(uint8_t)ops[i]] = 1;
   lp_head = lp_tail = lp_dropped = 0;
+  lp_throttled = lp_quiet_until = 0;
+  lp_signo = signo;
   if (sigaction(signo, &sa, NULL) < 0)
     return pe_push_syserror(L, "luaprof_arm", "sigaction", errno, NULL);
+  {
+    /* When the kernel cannot queue the signal it sends a plain SIGIO, whose
+     * default action ends the process.  A process that left SIGIO at its
+     * default does not use it: the handler takes it (and counts it as a
+     * sample without a walk).  One that handles SIGIO (nginx) keeps it. */
+    struct sigaction old;
+    if (sigaction(SIGIO, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO)
+        && old.sa_handler == SIG_DFL && sigaction(SIGIO, &sa, NULL) < 0)
+      return pe_push_syserror(L, "luaprof_arm", "sigaction", errno, NULL);
+  }
   own.type = F_OWNER_TID;
   own.pid = pe_current_tid();
   fl = fcntl(fd, F_GETFL);
@@ -415,7 +459,8 @@ static int l_read(lua_State *L)
   pe_push_u64(L, lp_ns);
   pe_push_u64(L, lp_jit_base);
   pe_push_u64(L, lp_vmstate);
-  return 6;
+  pe_push_u64(L, lp_throttled);
+  return 7;
 }
 
 /* the three functions go to core._private (profile.lua's hooks, not API) */

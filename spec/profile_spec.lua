@@ -656,6 +656,52 @@ describe("pe.profile", function()
     assert.equal(0, pending())
   end)
 
+  it("signals the thread cannot take in time are dropped, not queued; SIGIO does not end it; above 10 kHz: no walk",
+     function()
+    local ffi = require("ffi")
+    pcall(ffi.cdef, [[
+      int raise(int sig); int __libc_current_sigrtmin(void);
+      typedef struct { unsigned long v[16]; } pe_sigset_t;
+      int sigemptyset(pe_sigset_t *s); int sigaddset(pe_sigset_t *s, int n);
+      int pthread_sigmask(int how, const pe_sigset_t *s, pe_sigset_t *old);
+    ]])
+    local signo = ffi.C.__libc_current_sigrtmin() + 3
+    -- a period of 1 s of CPU time: no sample comes by itself during the test
+    local p = assert(pe.profile.start({ period = 1e9 }))
+    finally(function() p:stop() end)
+    assert.is_true(p.stacks, tostring(p.stacks_reason))
+    p:drain()
+    local t0 = p.sig_throttled
+    -- three copies queued while the signal is blocked (an RT signal queues):
+    -- the first runs the handler, which takes the other two off the queue
+    local set = ffi.new("pe_sigset_t")
+    ffi.C.sigemptyset(set)
+    ffi.C.sigaddset(set, signo)
+    assert.equal(0, ffi.C.pthread_sigmask(0, set, nil))        -- SIG_BLOCK
+    for _ = 1, 3 do assert.equal(0, ffi.C.raise(signo)) end
+    assert.equal(0, ffi.C.pthread_sigmask(1, set, nil))        -- SIG_UNBLOCK
+    p:drain()
+    assert.equal(t0 + 2, p.sig_throttled)
+    -- the plain SIGIO the kernel sends when it cannot queue the signal is
+    -- taken by the handler (its default action would end the process)
+    local f = assert(io.open("/proc/self/status"))
+    local cgt = assert(f:read("*a"):match("SigCgt:%s*(%x+)"))
+    f:close()
+    local bit29 = math.floor(tonumber(cgt:sub(-8), 16) / 2 ^ 28) % 2   -- SIGIO = 29
+    assert.equal(1, bit29)
+    assert.equal(0, ffi.C.raise(29))
+    p:drain()
+    assert.equal(t0 + 3, p.sig_throttled)
+    p:stop()
+    -- a clock sampled above 10 kHz gets leaf frames, and says why
+    for _, o in ipairs({ { period = 50000 }, { freq = 20000 } }) do   -- 50 us: 20 kHz
+      local q = assert(pe.profile.start(o))
+      q:stop()
+      assert.is_false(q.stacks)
+      assert.matches("20000 samples/s is above the 10000/s", q.stacks_reason)
+    end
+  end)
+
   it("a C function called in a coroutine and one called in the main thread each sit under their own caller", function()
     local parts, concat, rep = {}, table.concat, string.rep
     for i = 1, 2000 do parts[i] = "abcdefghij" end

@@ -625,6 +625,8 @@ end
 
 -- ---------------------------------------------------------------- profile
 
+local MAX_WALK_HZ = 10000   -- the highest rate that gets a signal-time walk
+
 local Profile = {}
 Profile.__index = Profile
 Profile.__name = "perf_event.profile"
@@ -689,9 +691,18 @@ function M.start(opts)
   end
   spec.sample_type = st
   local LP = pe.core._private
+  -- a signal per sample: above MAX_WALK_HZ the deliveries and the kernel's
+  -- own sampling cost more than the work sampled (a clock's period is in ns)
+  local hz = opts.period and (p.event == "cpu-clock" or p.event == "task-clock") and 1e9 / opts.period
+             or not opts.period and (opts.freq or 999)
   if mode == "full" and opts.stacks ~= false and LP.luaprof_arm then
-    spec.wakeup_events = 1     -- a wakeup, so a signal, for every sample
-    p.stacks = true
+    if hz and hz > MAX_WALK_HZ then
+      p.stacks_reason = format("%d samples/s is above the %d/s a signal per sample allows: leaf frames only",
+                               floor(hz), MAX_WALK_HZ)
+    else
+      spec.wakeup_events = 1     -- a wakeup, so a signal, for every sample
+      p.stacks = true
+    end
   end
   if opts.period then spec.sample_period = opts.period
   else spec.freq = true; spec.sample_freq = opts.freq or 999 end
@@ -748,6 +759,7 @@ function M.start(opts)
     if not ok then p.stacks = false; p.stacks_reason = aerr end
     p.jit_base = regs_check.jit_base
     p.walk_ns0 = tonumber((select(4, LP.luaprof_read())))
+    p.sig_throttled0 = tonumber((select(7, LP.luaprof_read())))
   end
   p.running = true
   local ok, e2 = ev:enable()
@@ -908,9 +920,10 @@ function Profile:drain()
   local samples = self.samples
   local sigs, si = nil, 1
   if self.stacks then
-    local dropped, _, ns
-    sigs, dropped, _, ns = pe_module().core._private.luaprof_read()
+    local dropped, ns, throttled, _
+    sigs, dropped, _, ns, _, _, throttled = pe_module().core._private.luaprof_read()
     self.sig_dropped = tonumber(dropped)
+    self.sig_throttled = tonumber(throttled) - (self.sig_throttled0 or 0)
     self.walk_ns = tonumber(ns) - (self.walk_ns0 or 0)
     self.nsigs = (self.nsigs or 0) + #sigs
   end
