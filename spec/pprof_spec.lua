@@ -142,6 +142,7 @@ put("auto.pb.gz", pprof.from_profile(kept, { freq = 999 }))
 put("plain.pb", pprof.from_profile(kept, { freq = 999, gzip = false,
   labels = { { key = "worker", num = 77 }, { key = "route", str = "/x" } } }))
 if jit then put("ffi.pb.gz", pprof.from_profile(kept, { freq = 999, gzip = "ffi" })) end
+put("own.pb.gz", pprof.from_profile(kept))   -- period, time and duration: the profile's own
 -- lua-zlib made unloadable: the automatic choice falls back
 package.loaded.zlib = nil
 package.preload.zlib = function() error("lua-zlib hidden by pprof_spec") end
@@ -149,6 +150,8 @@ put("nozlib.pb", pprof.from_profile(kept, { freq = 999 }))
 local f = assert(io.open(dir .. "/agg.txt", "w"))
 for _, e in ipairs(kept:aggregate()) do f:write(e.count, "\t", e.key, "\n") end
 f:write("nsamples\t", kept.nsamples, "\n")
+f:write("duration\t", tostring(kept.duration_nanos), "\n")
+f:write("time\t", string.format("%%.0f", kept.time_nanos), "\n")
 f:close()
 ]=]
 
@@ -173,6 +176,8 @@ local function run_work()
     local n, key = line:match("^(%d+)\t(.*)$")
     if key then work.agg[key] = tonumber(n); work.total = work.total + tonumber(n) end
     work.nsamples = tonumber(line:match("^nsamples\t(%d+)$")) or work.nsamples
+    work.duration = tonumber(line:match("^duration\t(%d+)$")) or work.duration
+    work.time = tonumber(line:match("^time\t(%d+)$")) or work.time
   end
   af:close()
   return work
@@ -255,6 +260,27 @@ describe("pprof.from_profile of profile_work.lua's pe.profile", function()
       -- the second value is the count times the period (1e9/999 ns)
       local _, ns = raw_stacks(r, 2)
       assert.truthy(math.abs(ns - w.total * 1e9 / 999) <= #r.samples, name)
+    end
+  end)
+
+  it("takes the period, start time and duration from the profile itself", function()
+    need_go()
+    local w = run_work()
+    local r = raw(w.dir .. "/own.pb.gz")
+    -- profile_work.lua samples at 999 Hz: a period of 1e9/999 ns
+    assert.truthy(r.text:find("PeriodType: cpu nanoseconds\nPeriod: 1001001\n", 1, true), r.text)
+    assert.same(w.agg, (raw_stacks(r, 1)))
+    assert.is_number(w.time)
+    assert.truthy(math.abs(w.time / 1e9 - os.time()) < 600, w.time)
+    if jit then
+      -- pprof prints Go's duration text cut to 4 characters ("%.4v"):
+      -- "733.960123ms" shows as "733.", "1.234567s" as "1.23"
+      local d = w.duration
+      assert.truthy(d > 0 and d < 60e9, d)
+      local go = d < 1e9 and string.format("%.6fms", d / 1e6) or string.format("%.9fs", d / 1e9)
+      assert.truthy(r.text:find("Duration: " .. go:sub(1, 4) .. "\n", 1, true), go .. "\n" .. r.text)
+    else
+      assert.is_nil(r.text:match("Duration: "), "PUC Lua's profile knows no duration")
     end
   end)
 

@@ -428,10 +428,11 @@ end
 -- line; C frames become locations at their address in a mapping of this
 -- process (/proc/self/maps, with the file's build-id).
 -- @tparam table p a stopped (or drained) profile
--- @tparam[opt] table opts `freq` (999) or `period` the profile was started
---   with (the period in event units: nanoseconds for cpu-clock); `lines`
---   and `traces` as p:aggregate's; `time_nanos` (now, in whole seconds) and
---   `duration_nanos` (left out when not given); `comments`; `labels` (put on
+-- @tparam[opt] table opts `freq` or `period` (default: what the profile
+--   was started with; the period in event units: nanoseconds for
+--   cpu-clock); `lines` and `traces` as p:aggregate's; `time_nanos` (the
+--   profile's start, in whole seconds) and `duration_nanos` (the profile's,
+--   LuaJIT only; left out when unknown); `comments`; `labels` (put on
 --   every sample, e.g. `{ {key="worker", num=pid}, {key="route", str="/api"} }`)
 -- @treturn table
 function M.profile_table(p, opts)
@@ -439,10 +440,11 @@ function M.profile_table(p, opts)
   if type(p) ~= "table" or type(p.aggregate) ~= "function" then
     error("pprof.profile_table: a pe.profile expected", 2)
   end
-  local period = opts.period or (1e9 / (opts.freq or 999))
+  local period = opts.period or not opts.freq and p.period or (1e9 / (opts.freq or p.freq or 999))
   local types, ptype, default = types_for(p.event)
   local t = { sample_types = types, period_type = ptype, period = period, default_sample_type = default,
-              time_nanos = opts.time_nanos or wall_nanos(), duration_nanos = opts.duration_nanos,
+              time_nanos = opts.time_nanos or p.time_nanos or wall_nanos(),
+              duration_nanos = opts.duration_nanos or p.duration_nanos,
               mappings = {}, samples = {},
               comments = opts.comments or { format("perf_event.profile %s, mode %s", tostring(p.event),
                                                    tostring(p.mode)) } }

@@ -762,6 +762,9 @@ function M.start(opts)
     p.sig_throttled0 = tonumber((select(7, LP.luaprof_read())))
   end
   p.running = true
+  -- what an exporter needs to know (pprof's period, time and duration)
+  p.freq, p.period = not opts.period and (opts.freq or 999) or nil, opts.period
+  p.time_nanos, p.t_start = os.time() * 1e9, jit and now() or nil
   local ok, e2 = ev:enable()
   if not ok and e2 then p:stop() return nil, e2 end
   return p
@@ -954,6 +957,7 @@ end
 function Profile:stop()
   if not self.running then return self end
   self.running = false
+  if self.t_start then self.duration_nanos = now() - self.t_start end
   local open = pcall(self.ev.fd, self.ev)   -- closed behind our back?
   if open then self.ev:disable() end
   if self.stacks and open then pe_module().core._private.luaprof_disarm(self.ev:fd()) end
