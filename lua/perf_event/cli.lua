@@ -70,6 +70,7 @@ substring or a glob ('sched:*', '*faults').
   record = [=[
 usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g | --call-graph fp|dwarf[,SIZE]]
                       [-p PID | -t TID | -a | -C CPUS] [-o FILE] [--folded] [-- CMD ARGS...]
+       luaperf record --lua [-e EVENT] [-F HZ | -c PERIOD] [-p PID] [-o FILE] [-- CMD ARGS...]
 
   -e, --event EVENT   what triggers a sample (default: cpu-clock)
   -F, --freq HZ       samples per second (default 999); above the kernel's
@@ -90,6 +91,16 @@ usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g | --call-graph fp|dwarf
                       a FILE ending in .data gets perf.data instead, which
                       'perf report -i FILE' and 'perf script -i FILE' read
       --folded        folded stacks even when FILE ends in .data
+      --lua           Lua frames, 'function@chunk:line' (doc/profiling.md):
+                      with CMD, each Lua process of CMD profiles itself
+                      (perf_event.autoprofile, loaded through LUA_INIT) and
+                      its stacks, Lua callers included, are written when it
+                      closes its Lua state or calls os.exit; with -p PID, a
+                      LuaJIT process started with perf_event.luamap
+                      (luajit -l perf_event.luamap app.lua) is sampled and
+                      its JIT traces and interpreted lines are named from
+                      /tmp/perf-PID.map: the Lua leaf and the C frames under
+                      it, no Lua callers; folded output only
 
 Folded output: one line per distinct stack, root first: 'comm;main;caller;callee N'.
 User addresses are named from the ELF symbol tables (.symtab/.dynsym) of the
