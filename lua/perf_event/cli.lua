@@ -689,7 +689,7 @@ local function record_lua_child(o, freq, period, out, path)
   local lpath, cp = child_paths()
   local getenv = os.getenv
   -- the core's spawn runs `env -- NAME=VALUE... CMD`: env sets the variables
-  -- and executes CMD in the same process
+  -- and replaces itself with CMD (same process, same pid)
   local argv = { "env", "--" }
   local function set(k, v) argv[#argv + 1] = k .. "=" .. v end
   set("LUA_INIT", lua_init_code(lpath, cp, getenv("LUA_INIT")))
