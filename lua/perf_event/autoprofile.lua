@@ -10,7 +10,8 @@
 -- go to PE_PROFILE_OUT (default `lua.folded`; a `%p` in it becomes the
 -- process id). PE_PROFILE_COMM=1 starts each stack with the process's comm,
 -- as `luaperf record` writes them. A process that is killed, or that ends
--- in C (exit() from a C module), writes nothing.
+-- in C (exit() from a C module), writes nothing. The samples are read
+-- every 0.5 s of CPU time, at a GC cycle, so that a long run fits the rings.
 -- `luaperf record --lua -- CMD` loads this module into CMD through LUA_INIT.
 -- @module perf_event.autoprofile
 
@@ -73,6 +74,23 @@ else
   sentinel = setmetatable({}, { __gc = finish })
 end
 debug.getregistry()["perf_event.autoprofile"] = sentinel
+
+-- the samples are read now and then, so that the rings last a long run: from
+-- a finalizer that arms a new one each GC cycle (a safe point; a program
+-- that allocates nothing runs no cycle, and reads them all at the end)
+local draining, last = false, os.clock()
+local function tick()
+  if not p.running then return end
+  if not draining and os.clock() - last >= 0.5 then
+    draining = true
+    pcall(p.drain, p)
+    draining = false
+    last = os.clock()
+  end
+  if newproxy then getmetatable(newproxy(true)).__gc = tick
+  else setmetatable({}, { __gc = tick }) end
+end
+tick()
 
 -- a plain os.exit(code) does not close the state: write the profile first
 local exit = os.exit
