@@ -203,14 +203,17 @@ describe("luaperf record --lua -- CMD", function()
     assert.truthy(text:find("[exit status 137]", 1, true), text)
   end)
 
-  it("refuses -a, -C, -t and a perf.data output with --lua (usage, status 2)", function()
+  it("refuses -a, -C, -t, --call-graph dwarf and a perf.data output with --lua (usage, status 2)", function()
     for _, args in ipairs({ "-a", "-C 0", "-t 1" }) do
       local text, rc = run("record --lua " .. args .. " -- true")
       assert.equal(2, rc, text)
       assert.truthy(text:find("luaperf record: --lua profiles a command or a process (-p PID): not with -a, -C or -t",
                               1, true), text)
     end
-    local text, rc = run("record --lua -o x.data -- true")
+    local text, rc = run("record --lua --call-graph dwarf -- true")
+    assert.equal(2, rc, text)
+    assert.truthy(text:find("--lua names the Lua code itself: not with --call-graph dwarf", 1, true), text)
+    text, rc = run("record --lua -o x.data -- true")
     assert.equal(2, rc, text)
     assert.truthy(text:find("--lua writes folded stacks, not perf.data: -o x.data (add --folded)", 1, true), text)
     text = run("record -h")
