@@ -304,6 +304,34 @@ describe("luaperf record --lua -p PID", function()
     end)
   end
 
+  it("puts a C function a JIT-compiled line calls (FFI memset) under that line", function()
+    U.need(have_luajit, "luajit is not on PATH")
+    local ffi_script = tmp([[
+local ffi = require("ffi")
+ffi.cdef("void *memset(void *s, int c, size_t n);")
+local buf = ffi.new("char[?]", 1e6)
+local function fill(n)
+  for _ = 1, n do ffi.C.memset(buf, 1, 1e6) end
+end
+local t0 = os.clock()
+while os.clock() - t0 < 2 do fill(100) end
+]])
+    local pid = tonumber(U.sh("sh -c 'env " .. PATHS:gsub("'", "'\\''") .. "luajit -l perf_event.luamap "
+                              .. ffi_script .. " >/dev/null 2>&1 & echo $!'"))
+    local map = "/tmp/perf-" .. pid .. ".map"
+    finally(function() wait_gone(pid) os.remove(ffi_script) os.remove(map) end)
+    U.sh("sleep 0.3")
+    local text, rc = run("record --lua -p " .. pid .. " -o - -- sleep 1")
+    assert.equal(0, rc, text)
+    local total, under = 0, 0
+    local want = "luajit;fill@" .. ffi_script:gsub("%p", "%%%0") .. ":5;[^;]*memset[^;]*$"
+    for stack, n in text:gmatch("(luajit;[^\n]*) (%d+)\n") do
+      total = total + tonumber(n)
+      if stack:find(want) then under = under + tonumber(n) end
+    end
+    assert.is_true(total >= 100 and under >= 0.8 * total, under .. " of " .. total .. "\n" .. text)
+  end)
+
   it("says the process was not started with the module, and names C frames only", function()
     U.need(have_luajit, "luajit is not on PATH")
     local pid, jpf = start("interp", 1.5, { nomap = true })
