@@ -883,6 +883,9 @@ function M.record(argv)
     if o["all-cpus"] or o.cpu or o.tid then
       usage_error("record", "--lua profiles a command or a process (-p PID): not with -a, -C or -t")
     end
+    if o.pprof or o.speedscope then   -- the options of perf_event.pprof's writers
+      usage_error("record", "--lua writes folded stacks: not with --pprof or --speedscope")
+    end
     if o["call-graph"] and o["call-graph"] ~= "fp" then
       usage_error("record", "--lua names the Lua code itself: not with --call-graph " .. o["call-graph"])
     end
