@@ -180,6 +180,25 @@ describe("luaperf record --lua -- CMD", function()
     assert.is_true(spin >= 10, text)
   end)
 
+  it("adds up the profiles of every Lua process the command runs", function()
+    U.need(have_luajit, "luajit is not on PATH")
+    local a = tmp("local function first_run(n)\n  local s = 0\n  for i = 1, n do s = (s * 7 + i) % 65521 end\n"
+                  .. "  return s\nend\nfirst_run(3e7)\n")
+    local b = tmp("local function second_run(n)\n  local s = 0\n  for i = 1, n do s = (s * 7 + i) % 65521 end\n"
+                  .. "  return s\nend\nsecond_run(3e7)\n")
+    finally(function() os.remove(a) os.remove(b) end)
+    local text, rc = run("record --lua -o - -- sh -c 'luajit " .. a .. " && luajit " .. b .. "'")
+    assert.equal(0, rc, text)
+    local seen, total = {}, 0
+    for stack, n in text:gmatch("(luajit;[^\n]*) (%d+)\n") do
+      total = total + tonumber(n)
+      local f = stack:match("(%a+_run)@")
+      if f then seen[f] = (seen[f] or 0) + tonumber(n) end
+    end
+    assert.is_true((seen.first_run or 0) >= 20 and (seen.second_run or 0) >= 20, text)
+    assert.equal(total, tonumber(text:match("%[ luaperf record: (%d+) samples")), text)
+  end)
+
   it("says no Lua profile was written for a command that is not Lua, and keeps its status", function()
     local out = tmp()
     local text, rc = run("record --lua -o " .. out .. " -- sh -c 'exit 7'")
@@ -349,6 +368,22 @@ while os.clock() - t0 < 2 do fill(100) end
       assert.falsy(l:find(script, 1, true), l)
     end
     assert.is_true(lines >= 1, text)
+  end)
+
+  it("leaves alone a map an earlier process with the same pid left", function()
+    U.need(have_luajit, "luajit is not on PATH")
+    local pid, jpf = start("interp", 1.5, { nomap = true })
+    local map = "/tmp/perf-" .. pid .. ".map"
+    finally(function() wait_gone(pid) os.remove(jpf) os.remove(map) end)
+    -- start time 1 (clock ticks): not this process's
+    local f = assert(io.open(map, "w"))
+    f:write("0 0 perf_event.luamap 1\n10000 100000000000 alpha@nowhere.lua:1 [bc]\n")
+    f:close()
+    local text, rc = run("record --lua -p " .. pid .. " -o - -- sleep 0.5")
+    assert.equal(0, rc, text)
+    assert.truthy(text:find("luaperf record: " .. map .. " was left by an earlier process " .. pid .. ": not used",
+                            1, true), text)
+    assert.falsy(text:find("nowhere.lua", 1, true), text)
   end)
 
   it("works unprivileged: a user samples its own LuaJIT process (nobody, setpriv)", function()
