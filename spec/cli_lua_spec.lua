@@ -373,6 +373,50 @@ while os.clock() - t0 < 2 do fill(100) end
     assert.is_true(lines >= 1, text)
   end)
 
+  it("perf_event.luamap moves a forked child (an nginx worker) to its own map", function()
+    U.need(have_luajit, "luajit is not on PATH")
+    local fork_script = tmp([[
+local ffi = require("ffi")
+ffi.cdef("int fork(void); int waitpid(int, int *, int); int getpid(void);")
+local function worker_loop(n)
+  local s = 0
+  for i = 1, n do s = (s * 31 + i) % 1000003 end
+  return s
+end
+local pid = ffi.C.fork()
+if pid == 0 then
+  worker_loop(3e7)
+  print("child " .. ffi.C.getpid())
+  os.exit(0)
+end
+ffi.C.waitpid(pid, nil, 0)
+print("parent " .. ffi.C.getpid())
+]])
+    local out = U.sh("env " .. PATHS .. "luajit -l perf_event.luamap " .. fork_script .. " 2>&1")
+    local child, parent = out:match("child (%d+)"), out:match("parent (%d+)")
+    assert.truthy(child and parent, out)
+    local cmap, pmap = "/tmp/perf-" .. child .. ".map", "/tmp/perf-" .. parent .. ".map"
+    finally(function() os.remove(fork_script) os.remove(cmap) os.remove(pmap) end)
+    local function lines(path)
+      local t = {}
+      for l in io.lines(path) do t[#t + 1] = l end
+      return t
+    end
+    local c, pl = lines(cmap), lines(pmap)
+    -- both maps start with the module's line (the process's start time)
+    assert.truthy((c[1] or ""):find("^0 0 perf_event%.luamap %d+$"), c[1])
+    assert.truthy((pl[1] or ""):find("^0 0 perf_event%.luamap %d+$"), pl[1])
+    local esc = fork_script:gsub("%p", "%%%0")
+    local bc, tr = 0, 0
+    for _, l in ipairs(c) do
+      if l:find("^%x+ %x+ worker_loop@" .. esc .. ":[3-7] %[bc%]$") then bc = bc + 1 end
+      if l:find("^%x+ %x+ worker_loop@" .. esc .. ":%d+ %[trace %d+%]$") then tr = tr + 1 end
+    end
+    assert.is_true(bc >= 3, table.concat(c, "\n"))   -- inherited prototypes, written again
+    assert.is_true(tr >= 1, table.concat(c, "\n"))   -- the child's own trace
+    for _, l in ipairs(pl) do assert.falsy(l:find("%[trace"), l) end
+  end)
+
   it("leaves alone a map an earlier process with the same pid left", function()
     U.need(have_luajit, "luajit is not on PATH")
     local pid, jpf = start("interp", 1.5, { nomap = true })

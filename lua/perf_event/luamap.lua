@@ -23,12 +23,14 @@
 -- flush reuses machine code addresses: a later line for the same address
 -- replaces the earlier one. The first line, `0 0 perf_event.luamap START`,
 -- carries the process's start time (field 22 of /proc/PID/stat), so that a
--- map left by an earlier process with the same PID is told apart.
+-- map left by an earlier process with the same PID is told apart. A forked
+-- child (an nginx worker of a master that loaded the module) notices the
+-- new pid in the callbacks and moves to its own map.
 -- @module perf_event.luamap
 
 local io, string = io, string
 local format = string.format
-local rawget, tostring = rawget, tostring
+local rawget, tostring, tonumber, pairs, pcall, require = rawget, tostring, tonumber, pairs, pcall, require
 
 local M = {}
 
@@ -79,22 +81,12 @@ local function write_protos(st)
   f:flush()
 end
 
---- Starts keeping the map (loading the module does it). Calling it again
--- returns the running state.
--- @tparam[opt] table opts `path` (default `/tmp/perf-PID.map`)
--- @treturn[1] table `{path=, bytecode=, reason=}`: `bytecode` false when
---   the layout self-test failed (then only traces are written, and
---   `reason` says why)
--- @treturn[2] nil
--- @treturn[2] string why not (not LuaJIT, the file cannot be written)
-function M.start(opts)
-  if state then return state.info end
-  if not jit then return nil, "perf_event.luamap needs LuaJIT (" .. _VERSION .. " has no JIT or jit.util)" end
-  opts = opts or {}
-  local profile = require("perf_event.profile")
-  local jutil = require("jit.util")
+-- opens the map of this process; in a process forked from one that kept
+-- a map (nginx's workers, when the master loaded the module), the lines of
+-- the prototypes and live traces it inherited are written again
+local function open_map(st)
   local pid, start = self_stat()
-  local path = opts.path or format("/tmp/perf-%s.map", tostring(pid))
+  local path = st.custom or format("/tmp/perf-%s.map", tostring(pid))
   local header = format("0 0 perf_event.luamap %s", tostring(start))
   -- a map this process began (another Lua state, or start after stop) is
   -- kept; one an earlier process left is replaced
@@ -104,16 +96,60 @@ function M.start(opts)
   local f, err = io.open(path, mine and "a" or "w")
   if not f then return nil, err end
   if not mine then f:write(header, "\n") f:flush() end
+  if st.file then st.file:close() end
+  st.file, st.reg.perfmap, st.pid, st.info.path = f, f, tonumber(pid), path
+  if st.done > 0 then
+    st.done = 0
+    write_protos(st)
+    for tr, e in pairs(st.reg.live) do
+      f:write(format("%x %x %s [trace %d]\n", e.lo, e.hi - e.lo, st.frame_name(e.info, e.line), tr))
+    end
+    f:flush()
+  end
+  return true
+end
+
+-- getpid(2), to notice a fork
+local getpid
+if jit then
+  local ffi = require("ffi")
+  pcall(ffi.cdef, "int getpid(void);")
+  getpid = function() return ffi.C.getpid() end
+end
+
+--- Starts keeping the map (loading the module does it). Calling it again
+-- returns the running state. A forked child (an nginx worker of a master
+-- that loaded the module) moves to its own map by itself.
+-- @tparam[opt] table opts `path` (default `/tmp/perf-PID.map`)
+-- @treturn[1] table `{path=, bytecode=, reason=}`: `bytecode` false when
+--   the layout self-test failed (then only traces are written, and
+--   `reason` says why)
+-- @treturn[2] nil
+-- @treturn[2] string why not (not LuaJIT, the file cannot be written)
+function M.start(opts)
+  if state then
+    if not state.custom and getpid() ~= state.pid then open_map(state) end
+    return state.info
+  end
+  if not jit then return nil, "perf_event.luamap needs LuaJIT (" .. _VERSION .. " has no JIT or jit.util)" end
+  opts = opts or {}
+  local profile = require("perf_event.profile")
+  local jutil = require("jit.util")
+  -- the registry writes each trace's line itself, to reg.perfmap
   local reg = profile._new_registry()
-  reg.perfmap = f    -- the registry writes each trace's line itself
-  local st = { reg = reg, file = f, done = 0, jutil = jutil, frame_name = profile.frame_name,
-               info = { path = path, bytecode = false } }
+  local st = { reg = reg, done = 0, jutil = jutil, frame_name = profile.frame_name, custom = opts.path,
+               info = { bytecode = false } }
+  local ok, err = open_map(st)
+  if not ok then return nil, err end
+  local function forked()
+    if not st.custom and getpid() ~= st.pid then open_map(st) end
+  end
   local lay = profile._check_layout()
   if lay.ok then
     local off, seen = lay.proto_bc, {}
     reg:seed(off, seen)
     write_protos(st)
-    st.bc_cb = function(pt) reg:add_tree(pt, off, seen) write_protos(st) end
+    st.bc_cb = function(pt) forked() reg:add_tree(pt, off, seen) write_protos(st) end
     jit.attach(st.bc_cb, "bc")
     st.info.bytecode = true
   else
@@ -122,6 +158,7 @@ function M.start(opts)
   -- traces compiled before now are not in the map: compile them again
   jit.flush()
   st.trace_cb = function(what, tr, func, pc)
+    forked()
     reg:trace_event(what, tr, func, pc)
     -- the map keeps the old lines; the registry's closed traces are not needed
     if reg.dead[1] then reg.dead = {} end
