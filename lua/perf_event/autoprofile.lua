@@ -3,31 +3,64 @@
 --    PE_PROFILE_OUT=app.folded luajit -l perf_event.autoprofile app.lua
 --
 -- Loading the module starts `pe.profile` (options from the environment:
--- PE_PROFILE_EVENT, PE_PROFILE_FREQ, PE_PROFILE_LINES=0 for function-level
--- frames). When the Lua state closes (the script returned, or
--- `os.exit(code, true)`), the profile stops and the folded stacks go to
--- PE_PROFILE_OUT (default `lua.folded`). A plain `os.exit(code)` does not
--- close the state, so nothing is written then.
+-- PE_PROFILE_EVENT, PE_PROFILE_FREQ or PE_PROFILE_PERIOD, PE_PROFILE_PAGES,
+-- PE_PROFILE_LINES=0 for function-level frames). When the Lua state closes
+-- (the script returned, or `os.exit(code, true)`) or the script calls
+-- `os.exit` (the module wraps it), the profile stops and the folded stacks
+-- go to PE_PROFILE_OUT (default `lua.folded`; a `%p` in it becomes the
+-- process id). PE_PROFILE_COMM=1 starts each stack with the process's comm,
+-- as `luaperf record` writes them. A process that is killed, or that ends
+-- in C (exit() from a C module), writes nothing. The samples are read
+-- every 0.5 s of CPU time, at a GC cycle, so that a long run fits the rings.
+-- `luaperf record --lua -- CMD` loads this module into CMD through LUA_INIT.
 -- @module perf_event.autoprofile
 
-local os, io, tonumber, setmetatable = os, io, tonumber, setmetatable
+local os, io, tonumber, tostring, setmetatable = os, io, tonumber, tostring, setmetatable
 local profile = require("perf_event").profile
 
+local function env_number(name)
+  local v = os.getenv(name)
+  return v and v ~= "" and tonumber(v) or nil
+end
+
+local period = env_number("PE_PROFILE_PERIOD")
 local p, err = profile.start({ event = os.getenv("PE_PROFILE_EVENT") or "cpu-clock",
-                               freq = tonumber(os.getenv("PE_PROFILE_FREQ") or "999") })
+                               period = period, freq = not period and (env_number("PE_PROFILE_FREQ") or 999) or nil,
+                               pages = env_number("PE_PROFILE_PAGES") })
 if not p then
   io.stderr:write("perf_event.autoprofile: ", tostring(err), "\n")
   return false
 end
 
+local function self_pid()
+  local f = io.open("/proc/self/stat", "r")
+  local pid = f and f:read("*l"):match("^(%d+)")
+  if f then f:close() end
+  return pid or "self"
+end
+
 local function finish()
   if not p.running then return end
   p:stop()
-  local path = os.getenv("PE_PROFILE_OUT") or "lua.folded"
+  local path = (os.getenv("PE_PROFILE_OUT") or "lua.folded"):gsub("%%p", self_pid())
   local f = io.open(path, "w")
-  if not f then return end
-  f:write(p:folded({ lines = os.getenv("PE_PROFILE_LINES") ~= "0" }))
+  if not f then
+    io.stderr:write("perf_event.autoprofile: cannot write ", path, "\n")
+    return
+  end
+  local text = p:folded({ lines = os.getenv("PE_PROFILE_LINES") ~= "0" })
+  if os.getenv("PE_PROFILE_COMM") == "1" and text ~= "" then
+    local c = io.open("/proc/self/comm", "r")
+    local comm = c and c:read("*l") or self_pid()
+    if c then c:close() end
+    text = comm .. ";" .. text:gsub("\n(.)", "\n" .. comm:gsub("%%", "%%%%") .. ";%1")
+  end
+  f:write(text)
   f:close()
+  if p.lost > 0 then
+    io.stderr:write(("perf_event.autoprofile: %d samples lost (the ring filled up; PE_PROFILE_PAGES "
+                     .. "sets its size)\n"):format(p.lost))
+  end
 end
 
 -- the state's close finalizes this object last of all: a userdata on
@@ -41,5 +74,29 @@ else
   sentinel = setmetatable({}, { __gc = finish })
 end
 debug.getregistry()["perf_event.autoprofile"] = sentinel
+
+-- the samples are read now and then, so that the rings last a long run: from
+-- a finalizer that arms a new one each GC cycle (a safe point; a program
+-- that allocates nothing runs no cycle, and reads them all at the end)
+local draining, last = false, os.clock()
+local function tick()
+  if not p.running then return end
+  if not draining and os.clock() - last >= 0.5 then
+    draining = true
+    pcall(p.drain, p)
+    draining = false
+    last = os.clock()
+  end
+  if newproxy then getmetatable(newproxy(true)).__gc = tick
+  else setmetatable({}, { __gc = tick }) end
+end
+tick()
+
+-- a plain os.exit(code) does not close the state: write the profile first
+local exit = os.exit
+os.exit = function(...)   -- luacheck: ignore 122
+  finish()
+  return exit(...)
+end
 
 return { profile = p, finish = finish }

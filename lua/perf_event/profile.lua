@@ -330,6 +330,26 @@ function Reg:add_locals(level, off, seen)
   for _, f in ipairs(work) do self:add_tree(f, off, seen) end
 end
 
+-- the functions on the stack (from the caller of `seed` up) and in
+-- package.loaded, with their nested prototypes
+function Reg:seed(off, seen)
+  for level = 2, 200 do
+    local i = debug.getinfo(level, "f")
+    if not i then break end
+    if i.func then self:add_tree(i.func, off, seen) end
+    self:add_locals(level + 1, off, seen)
+  end
+  for _, m in pairs(package.loaded) do
+    if type(m) == "table" then
+      for _, v in pairs(m) do
+        if type(v) == "function" then self:add_tree(v, off, seen) end
+      end
+    elseif type(m) == "function" then
+      self:add_tree(m, off, seen)
+    end
+  end
+end
+
 -- the entry of `list` (sorted by .lo) with the greatest lo <= a, or nil
 local function last_at_or_below(list, a)
   local lo, hi, best = 1, #list, nil
@@ -401,6 +421,10 @@ function Reg:find_trace(a, t)
   end
   return nil
 end
+
+-- for perf_event.luamap (the same registry and names, kept in a perf map
+-- for luaperf): not a public interface
+M._new_registry, M._check_layout, M._REGS_MASK = new_registry, check_layout, REGS_MASK
 
 -- ---------------------------------------------------------------- self-test of rbx
 
@@ -718,21 +742,7 @@ function M.start(opts)
     p.reg = reg
     if mode == "full" then
       local off, seen = layout.proto_bc, {}
-      for level = 2, 200 do
-        local i = debug.getinfo(level, "f")
-        if not i then break end
-        if i.func then reg:add_tree(i.func, off, seen) end
-        reg:add_locals(level + 1, off, seen)
-      end
-      for _, m in pairs(package.loaded) do
-        if type(m) == "table" then
-          for _, v in pairs(m) do
-            if type(v) == "function" then reg:add_tree(v, off, seen) end
-          end
-        elseif type(m) == "function" then
-          reg:add_tree(m, off, seen)
-        end
-      end
+      reg:seed(off, seen)
       p.bc_cb = function(pt) reg:add_tree(pt, off, seen) end
       jit.attach(p.bc_cb, "bc")
     end
