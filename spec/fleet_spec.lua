@@ -240,11 +240,14 @@ describe("the OpenResty fleet endpoints (perffleet)", function()
 
   it("passes promtool check metrics", function()
     if not have("promtool") then U.pending("needs promtool (Debian package prometheus)") end
+    -- with the always-on sampler of one worker running: its lost-sample count is read too
+    assert.equal("sampler on\n", get("/perf/sampler?on=1&hz=99"))
     local file = dir .. "/metrics.txt"
     write(file, get("/metrics"))
     local out, ok = sh("promtool check metrics < " .. file)
     assert.is_true(ok, out .. "\n" .. read(file))
     assert.equal("", out)
+    assert.equal("sampler off\n", get("/perf/sampler?on=0"))
     -- and every family is described: a HELP and a TYPE before its samples
     local text = read(file)
     for _, s in ipairs(samples(text)) do

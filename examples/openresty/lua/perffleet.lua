@@ -158,7 +158,7 @@ local function render_worker()
     add("worker_counters_enabled_seconds_total", secs(g.time_enabled))
     add("worker_counters_running_seconds_total", secs(g.time_running))
   end
-  local slost = sampler and tonumber(sampler:lost()) or 0
+  local slost = sampler and tonumber((sampler:lost())) or 0
   add("lost_samples_total", int(slost), ',source="sampler"')
   add("lost_samples_total", int(pprof_lost), ',source="pprof"')
   add("pprof_profiles_total", int(pprof_count))
