@@ -331,6 +331,40 @@ scrape_configs:
     end
   end)
 
+  it("refuses a profile duration that is not a positive number of seconds up to the limit", function()
+    for _, q in ipairs({ "seconds=0", "seconds=-1", "seconds=abc", "seconds=61", "seconds=1&hz=0" }) do
+      local out = sh("curl -s -o /dev/null -w '%{http_code}' '" .. base .. "/debug/pprof/profile?" .. q .. "'")
+      assert.equal("400", out, q)
+    end
+  end)
+
+  it("answers Go's /debug/pprof/profile: go tool pprof reads it and names the hot Lua function", function()
+    if not read("lua/perf_event/pprof.lua") then U.pending("perf_event.pprof is not in this tree") end
+    if not have("go") then U.pending("needs Debian's golang-go (go tool pprof)") end
+    if not have("wrk") then U.pending("needs wrk to drive the hot handler") end
+    -- the headers Go's net/http/pprof sends, and gzip's magic
+    local file = dir .. "/short.pb.gz"
+    local hdr = sh("curl -s -S -D - -o " .. file .. " '" .. base .. "/debug/pprof/profile?seconds=0.5'")
+    assert.truthy(hdr:find("^HTTP/1.1 200"), hdr)
+    assert.truthy(hdr:find("\nContent%-Type: application/octet%-stream\r\n"), hdr)
+    assert.truthy(hdr:find('\nContent%-Disposition: attachment; filename="profile"\r\n'), hdr)
+    assert.equal("\31\139", read(file):sub(1, 2))
+    -- load on the hot handler from new connections, so that the worker
+    -- that sleeps in the profile accepts its share of them
+    local home = dir .. "/gohome"
+    sh("mkdir -p " .. home)
+    local out = sh(("wrk -t2 -c8 -d5s -H 'Connection: close' '%s/fleet/hot?n=2000' > %s/wrk.txt 2>&1 & " ..
+                    "sleep 0.5; HOME=%s GOCACHE=%s/cache timeout 120 go tool pprof -top '%s/debug/pprof/profile?seconds=2'; wait")
+                   :format(base, dir, home, home, base))
+    assert.truthy(out:find("\nType: cpu\n", 1, true), out)
+    -- the first function of -top (most flat samples) is the handler's loop
+    local first = out:match("\n%s+flat%s+flat%%[^\n]*\n%s*[%d.]+m?s%s+[%d.]+%%%s+[%d.]+%%%s+[%d.]+m?s%s+[%d.]+%%%s+(%S+)")
+    assert.equal("collatz_steps", first, out)
+    local n = 0
+    for _, v in pairs(by_pid(samples(get("/metrics")), "nginx_perf_pprof_profiles_total")) do n = n + v end
+    assert.is_true(n >= 2, "pprof_profiles_total " .. n)
+  end)
+
   it("leaves no error in the error log", function()
     local log = read(dir .. "/logs/error.log")
     for line in log:gmatch("[^\n]+") do

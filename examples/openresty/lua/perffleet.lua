@@ -91,6 +91,10 @@ function M.init_worker(opts)
     conf[k] = v
   end
   pid, host = ngx.worker.pid(), hostname()
+  -- load the compressor now: lua-zlib sets a global `zlib`, which nginx
+  -- warns about when it happens in a request
+  local okp, pprof = pcall(require, "perf_event.pprof")
+  if okp and pprof.gzip_available then pprof.gzip_available() end
   dict = ngx.shared[conf.dict]
   if not dict then
     ngx.log(ngx.WARN, "perffleet: no lua_shared_dict ", conf.dict, ": /metrics shows the serving worker only")
@@ -262,9 +266,9 @@ function M.pprof()
   profiling = false
   pprof_lost = pprof_lost + (tonumber(p.lost) or 0)
   if not ok then return refuse(500, "perffleet: profile failed: " .. tostring(perr)) end
-  local bytes, berr = pprof.from_profile(p, { duration_ns = floor((ngx.now() - t0) * 1e9),
-                                               time_ns = floor(t0 * 1e9) })
-  if not bytes then return refuse(500, "perffleet: cannot write the profile: " .. tostring(berr)) end
+  local okb, bytes = pcall(pprof.from_profile, p, { freq = floor(hz), time_nanos = floor(t0 * 1e9),
+                                                    duration_nanos = floor((ngx.now() - t0) * 1e9) })
+  if not okb then return refuse(500, "perffleet: cannot write the profile: " .. tostring(bytes)) end
   pprof_count = pprof_count + 1
   ngx.header.content_type = "application/octet-stream"
   ngx.header["Content-Disposition"] = 'attachment; filename="profile"'
