@@ -354,11 +354,12 @@ scrape_configs:
     local home = dir .. "/gohome"
     sh("mkdir -p " .. home)
     local out = sh(("wrk -t2 -c8 -d5s -H 'Connection: close' '%s/fleet/hot?n=2000' > %s/wrk.txt 2>&1 & " ..
-                    "sleep 0.5; HOME=%s GOCACHE=%s/cache timeout 120 go tool pprof -top '%s/debug/pprof/profile?seconds=2'; wait")
-                   :format(base, dir, home, home, base))
+                    "sleep 0.5; HOME=%s GOCACHE=%s/cache timeout 120 " ..
+                    "go tool pprof -top '%s/debug/pprof/profile?seconds=2'; wait"):format(base, dir, home, home, base))
     assert.truthy(out:find("\nType: cpu\n", 1, true), out)
     -- the first function of -top (most flat samples) is the handler's loop
-    local first = out:match("\n%s+flat%s+flat%%[^\n]*\n%s*[%d.]+m?s%s+[%d.]+%%%s+[%d.]+%%%s+[%d.]+m?s%s+[%d.]+%%%s+(%S+)")
+    local row = "\n%s*[%d.]+m?s%s+[%d.]+%%%s+[%d.]+%%%s+[%d.]+m?s%s+[%d.]+%%%s+(%S+)"
+    local first = out:match("\n%s+flat%s+flat%%[^\n]*" .. row)
     assert.equal("collatz_steps", first, out)
     local n = 0
     for _, v in pairs(by_pid(samples(get("/metrics")), "nginx_perf_pprof_profiles_total")) do n = n + v end
