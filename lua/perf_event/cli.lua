@@ -70,6 +70,7 @@ substring or a glob ('sched:*', '*faults').
   record = [=[
 usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g | --call-graph fp|dwarf[,SIZE]]
                       [-p PID | -t TID | -a | -C CPUS] [-o FILE] [--folded] [-- CMD ARGS...]
+                      [--pprof | --speedscope]
 
   -e, --event EVENT   what triggers a sample (default: cpu-clock)
   -F, --freq HZ       samples per second (default 999); above the kernel's
@@ -90,6 +91,10 @@ usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g | --call-graph fp|dwarf
                       a FILE ending in .data gets perf.data instead, which
                       'perf report -i FILE' and 'perf script -i FILE' read
       --folded        folded stacks even when FILE ends in .data
+      --pprof         pprof's profile.proto, gzipped, to FILE (default perf.pb.gz):
+                      'go tool pprof -top FILE', Pyroscope and Parca read it
+      --speedscope    speedscope's JSON to FILE (default perf.speedscope.json):
+                      open it at https://www.speedscope.app
 
 Folded output: one line per distinct stack, root first: 'comm;main;caller;callee N'.
 User addresses are named from the ELF symbol tables (.symtab/.dynsym) of the
@@ -600,9 +605,12 @@ function M.record(argv)
               t = "tid", a = "all-cpus", C = "cpu" },
     takes = { event = true, freq = true, count = true, pid = true, output = true, tid = true, cpu = true,
               ["call-graph"] = true },
-    flags = { g = true, help = true, folded = true, ["all-cpus"] = true },
+    flags = { g = true, help = true, folded = true, ["all-cpus"] = true, pprof = true, speedscope = true },
   })
   if o.help then io.stdout:write(USAGE.record) return 0 end
+  if o.pprof and o.speedscope then usage_error("record", "--pprof and --speedscope exclude each other") end
+  local as_profile = o.pprof and "pprof" or o.speedscope and "speedscope"
+  if as_profile and o.folded then usage_error("record", "--folded and --" .. as_profile .. " exclude each other") end
   if #o.events > 1 then usage_error("record", "record takes one -e EVENT") end
   if o.freq and o.count then usage_error("record", "-F and -c exclude each other") end
   local pid = o.pid and number_opt("record", o.pid, "-p PID")
@@ -666,14 +674,14 @@ function M.record(argv)
   if cg and cg.mode == "dwarf" then sample_type = sample_type .. "|regs_user|stack_user" end
   -- perf.data for a .data file unless --folded (perf_event.perfdata); a
   -- tracepoint's fields go with it (RAW), as perf record samples them
-  local path = o.output or "perf.folded"
-  local to_data = path:find("%.data$") ~= nil and not o.folded
+  local path = o.output or (o.pprof and "perf.pb.gz") or (o.speedscope and "perf.speedscope.json") or "perf.folded"
+  local to_data = path:find("%.data$") ~= nil and not o.folded and not as_profile
   if to_data and tonumber(base.type) == c.abi.type.tracepoint then sample_type = sample_type .. "|raw" end
 
   -- the output is opened before anything runs: a bad path fails at once
   -- (perf.data: perfdata.create, below, before the command is started)
   local out, oerr = io.stdout, nil
-  if path ~= "-" and not to_data then out, oerr = io.open(path, "w") end
+  if path ~= "-" and not to_data then out, oerr = io.open(path, as_profile and "wb" or "w") end
   if not out then io.stderr:write("luaperf record: cannot write ", tostring(oerr), "\n") return 1 end
 
   local child, err
@@ -763,6 +771,10 @@ function M.record(argv)
   local sym = require("perf_event.symbols").new()
   if pid or tgid then sym:load_maps(pid or tgid) end
   local folder = M.folder(sym)
+  -- --pprof / --speedscope: the samples with their addresses and mappings
+  local collector = as_profile and require("perf_event.pprof").recorder(sym, {
+    event = specs[1].name, period = period, comm = function(p) return sym.comms and sym.comms[p] end })
+  local t_start = c.now()
   local seen_pid = {}
   local function drain()
     local batch = {}
@@ -789,6 +801,7 @@ function M.record(argv)
         seen_pid[rec.pid] = true
         if cg and cg.mode == "dwarf" then rec.callchain = sym:unwind(rec) or rec.callchain end
         folder.add(rec)
+        if collector then collector.add(rec) end
       else
         sym:record(rec)
       end
@@ -826,6 +839,23 @@ function M.record(argv)
     if not ok then io.stderr:write("luaperf record: ", tostring(werr), "\n") return 1 end
     io.stderr:write(format("[ luaperf record: %d samples%s written to %s (perf.data) ]\n", pdata.samples,
                            lost > 0 and format(", %d records lost", lost) or "", path))
+    if child and (status == "exited" or status == "signaled") then return exit_code(status, code) end
+    return 0
+  end
+  if collector then
+    local t = collector.table()
+    t.duration_nanos = (c.now() - t_start) * 1e9
+    local bytes
+    if as_profile == "pprof" then bytes = require("perf_event.pprof").encode(t)
+    else
+      local name = #o.cmd > 0 and concat(o.cmd, " ") or "luaperf record"
+      bytes = require("perf_event.speedscope").encode(t, { name = name })
+    end
+    out:write(bytes)
+    if out ~= io.stdout then out:close() end
+    io.stderr:write(format("[ luaperf record: %d samples, %d stacks%s written to %s (%s) ]\n", collector.samples,
+                           #t.samples, lost > 0 and format(", %d records lost", lost) or "",
+                           path == "-" and "stdout" or path, as_profile))
     if child and (status == "exited" or status == "signaled") then return exit_code(status, code) end
     return 0
   end
