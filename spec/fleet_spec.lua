@@ -361,6 +361,16 @@ scrape_configs:
     local row = "\n%s*[%d.]+m?s%s+[%d.]+%%%s+[%d.]+%%%s+[%d.]+m?s%s+[%d.]+%%%s+(%S+)"
     local first = out:match("\n%s+flat%s+flat%%[^\n]*" .. row)
     assert.equal("collatz_steps", first, out)
+    -- the samples carry the worker's pid and the host (pprof labels, as on the metrics)
+    local saved = out:match("Saved profile in (%S+)")
+    assert.truthy(saved, out)
+    local tags = sh(("HOME=%s GOCACHE=%s/cache go tool pprof -tags '%s'"):format(home, home, saved))
+    local wpid = tags:match("pid: Total[^\n]*\n[^\n]*%): (%d+)\n")
+    local pids = {}
+    for _, w in ipairs(workers()) do pids[w.pid] = true end
+    assert.truthy(wpid and pids[wpid], tags)
+    local hostname = assert(read("/proc/sys/kernel/hostname")):gsub("%s+$", "")
+    assert.truthy(tags:find(hostname, 1, true), tags)
     local n = 0
     for _, v in pairs(by_pid(samples(get("/metrics")), "nginx_perf_pprof_profiles_total")) do n = n + v end
     assert.is_true(n >= 2, "pprof_profiles_total " .. n)

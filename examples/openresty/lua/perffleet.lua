@@ -266,8 +266,10 @@ function M.pprof()
   profiling = false
   pprof_lost = pprof_lost + (tonumber(p.lost) or 0)
   if not ok then return refuse(500, "perffleet: profile failed: " .. tostring(perr)) end
-  local okb, bytes = pcall(pprof.from_profile, p, { freq = floor(hz), time_nanos = floor(t0 * 1e9),
-                                                    duration_nanos = floor((ngx.now() - t0) * 1e9) })
+  local okb, bytes = pcall(pprof.from_profile, p, {
+    freq = floor(hz), time_nanos = floor(t0 * 1e9), duration_nanos = floor((ngx.now() - t0) * 1e9),
+    -- the worker and host on every sample, as on the metrics
+    labels = { { key = "pid", num = pid }, { key = "host", str = host } } })
   if not okb then return refuse(500, "perffleet: cannot write the profile: " .. tostring(bytes)) end
   pprof_count = pprof_count + 1
   ngx.header.content_type = "application/octet-stream"
