@@ -116,6 +116,20 @@ for r in $(seq "$ROUNDS"); do
 done
 
 sleep 2   # the last killed loops' curls end
+# The direct costs, without load: the worker's CPU time over 200 scrapes in
+# a row, and over one 2 s profile against 2 s idle (a profile's fixed cost:
+# flush, aggregate, encode, gzip; its per-sample cost is the continuous mode)
+tc_ms() { awk -F, '$3 == "task-clock" { print $1 }' "$T/d.csv"; }
+bin/luaperf stat -x, -e task-clock -p "$worker" -o "$T/d.csv" -- \
+  sh -c "for i in \$(seq 200); do curl -s -o /dev/null '$URL/metrics'; done"
+echo "--- CPU of the worker per /metrics scrape (200 in a row, no load): $(tc_ms | awk '{printf "%.0f", $1 * 1000 / 200}') us"
+bin/luaperf stat -x, -e task-clock -p "$worker" -o "$T/d.csv" -- sleep 2
+idle=$(tc_ms)
+if [ "$MODES" != metrics ]; then
+  bin/luaperf stat -x, -e task-clock -p "$worker" -o "$T/d.csv" -- \
+    curl -s -o /dev/null "$URL/debug/pprof/profile?seconds=2"
+  echo "--- CPU of the worker for one 2 s profile (no load), over 2 s idle: $(tc_ms | awk -v i="$idle" '{printf "%.1f", $1 - i}') ms"
+fi
 [ -f "$T/scrapes" ] && awk '{n[$1]++} END {for (c in n) printf "--- /metrics scrapes: %d answered %s\n", n[c], c}' "$T/scrapes"
 for f in profiles continuous; do
   [ -f "$T/$f" ] && awk -v f="$f" '{n[$1]++; b[$1] += $2}
