@@ -269,7 +269,11 @@ function M.pprof()
   local okb, bytes = pcall(pprof.from_profile, p, {
     freq = floor(hz), time_nanos = floor(t0 * 1e9), duration_nanos = floor((ngx.now() - t0) * 1e9),
     -- the worker and host on every sample, as on the metrics
-    labels = { { key = "pid", num = pid }, { key = "host", str = host } } })
+    labels = { { key = "pid", num = pid }, { key = "host", str = host } },
+    -- and why the Lua callers are missing, when they are (another profile
+    -- of this process holds the sample-time stack walk, for instance)
+    comments = { format("perf_event.profile %s, mode %s, nginx worker %d", p.event, p.mode, pid),
+                 not p.stacks and ("leaf frames only: " .. tostring(p.stacks_reason or p.reason)) or nil } })
   if not okb then return refuse(500, "perffleet: cannot write the profile: " .. tostring(bytes)) end
   pprof_count = pprof_count + 1
   ngx.header.content_type = "application/octet-stream"
