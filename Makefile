@@ -55,7 +55,7 @@ endif
 
 TARGET := $(OUTDIR)/perf_event/core.so
 
-.PHONY: all asan rock test test-user test-asan test-sysctl lint clean bench doc bench-read bench-records bench-nginx bench-record
+.PHONY: all asan rock test test-user test-asan test-sysctl lint clean bench doc bench-read bench-records bench-nginx bench-record bench-fleet
 all: $(TARGET)
 
 $(TARGET): $(call objs_of,$(LUA)) Makefile
@@ -148,7 +148,9 @@ bench-nginx: all fixtures
 	bench/nginx/run.sh 3 11
 bench-record: all fixtures
 	bench/record/run.sh 300000000 5
-bench: bench-read bench-records bench-nginx bench-record
+bench-fleet: all
+	bench/fleet/run.sh 5 5
+bench: bench-read bench-records bench-nginx bench-record bench-fleet
 
 # the LDoc reference (lua-ldoc) -> doc/reference/
 doc:

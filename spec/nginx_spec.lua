@@ -53,7 +53,7 @@ describe("nginx with the perfreq module", function()
       "chmod 755 " .. dir,
       "mkdir -p " .. dir .. "/lua " .. dir .. "/lib/perf_event " .. dir .. "/conf " .. dir .. "/logs",
       "cp -r lua/perf_event " .. dir .. "/lua/",
-      "cp examples/openresty/lua/perfreq.lua " .. dir .. "/lua/",
+      "cp examples/openresty/lua/*.lua " .. dir .. "/lua/",
       "cp build/perf_event/core.so " .. dir .. "/lib/perf_event/",
       "chmod -R a+rX " .. dir,
     }, " && "))

@@ -255,4 +255,9 @@ function M.always()
   say_folded(counts)
 end
 
+--- For perffleet: the live sums over the measured requests (read them,
+-- do not change them), the worker's counter group and the always-on
+-- sampler's event (each nil when not open).
+function M.stats() return totals, group, always end
+
 return M
