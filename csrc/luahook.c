@@ -12,6 +12,14 @@
  * first capture taken after it.  The hook allocates nothing: source names
  * are copied once into a string pool, and a frame is four integers.
  *
+ * That is mode "count".  On Lua 5.4 a count hook costs on every
+ * instruction (any hook mask sends each instruction through
+ * luaG_traceexec), so mode "signal" sets no hook until a sample: the event
+ * signals this thread on each sample (O_ASYNC, F_SETSIG, F_SETOWN_EX), and
+ * the handler sets a one-shot count hook (count 1) on the started thread,
+ * as lua.c's SIGINT handler does (lua_sethook is meant to be called from a
+ * signal handler).  The hook captures and removes itself.
+ *
  * One hooked profile per process (the state is static).  The event's
  * userdata and the hooked thread are kept alive by registry references
  * until luahook_stop, so the mmap page the hook reads cannot be unmapped
@@ -22,6 +30,8 @@
 #define _GNU_SOURCE
 #include "pe_core.h"
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -50,6 +60,8 @@ typedef struct lh_str {
 
 static struct {
   volatile int on;
+  int signal_mode;              /* 1: set by the handler, one capture each */
+  int signo, fd;
   pe_event *ev;                 /* pinned by ev_ref */
   lua_State *L;                 /* pinned by th_ref */
   int ev_ref, th_ref;
@@ -153,12 +165,55 @@ static void lh_hook(lua_State *L, lua_Debug *ar)
     return;
   }
   lh.ncalls++;
+  if (lh.signal_mode) {          /* one shot: this sample's capture */
+    lua_sethook(L, NULL, 0, 0);
+    lh_capture(L, 0);
+    return;
+  }
   pe_event *ev = lh.ev;
   if (ev->fd < 0 || ev->page == NULL || ev->gen != pe_fork_gen) return;
   uint64_t head = __atomic_load_n(&ev->page->data_head, __ATOMIC_ACQUIRE);
   if (head == lh.last_head) return;
   lh.last_head = head;
   lh_capture(L, head);
+}
+
+/* a sample was written: capture at the started thread's next instruction */
+static void lh_handler(int sig, siginfo_t *si, void *uc)
+{
+  (void)sig;
+  (void)uc;
+  if (!lh.on || !lh.signal_mode || si->si_fd != lh.fd || lh.L == NULL) return;
+  lua_sethook(lh.L, lh_hook, LUA_MASKCOUNT, 1);
+}
+
+static int lh_arm(int fd, int signo)
+{
+  struct sigaction sa;
+  struct f_owner_ex own;
+  int fl;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = lh_handler;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(signo, &sa, NULL) < 0) return -1;
+  own.type = F_OWNER_TID;
+  own.pid = pe_current_tid();
+  fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETOWN_EX, &own) < 0 || fcntl(fd, F_SETSIG, signo) < 0
+      || fcntl(fd, F_SETFL, fl | O_ASYNC | O_NONBLOCK) < 0)
+    return -1;
+  return 0;
+}
+
+/* no more signals from the event; the handler stays installed, doing
+ * nothing, so that a signal still queued meets no default action */
+static void lh_disarm(void)
+{
+  int fl;
+  if (!lh.signal_mode || lh.ev == NULL || lh.ev->fd < 0) return;
+  fl = fcntl(lh.ev->fd, F_GETFL);
+  if (fl >= 0) fcntl(lh.ev->fd, F_SETFL, fl & ~O_ASYNC);
 }
 
 static void lh_release(lua_State *L)
@@ -170,13 +225,16 @@ static void lh_release(lua_State *L)
   lh.L = NULL;
 }
 
-/* _private.luahook_start(event, count, slots, depth) -> true, or nil, why.
- * Sets the count hook on the calling thread; the event must be mapped
- * (its data_head is what the hook watches). */
+/* _private.luahook_start(event, count|"signal", slots, depth) -> true, or
+ * nil, why.  A number sets the count hook on the calling thread (the event
+ * must be mapped: its data_head is what the hook watches); "signal" arms
+ * the event's signal instead (the event needs wakeup_events = 1). */
 static int l_start(lua_State *L)
 {
   pe_event *ev = pe_check_event(L, 1);
-  lua_Integer count = luaL_checkinteger(L, 2);
+  int sigmode = lua_type(L, 2) == LUA_TSTRING;
+  lua_Integer count = sigmode ? 1 : luaL_checkinteger(L, 2);
+  if (sigmode) luaL_argcheck(L, strcmp(lua_tostring(L, 2), "signal") == 0, 2, "a count or \"signal\"");
   lua_Integer slots = luaL_optinteger(L, 3, 8192);
   lua_Integer depth = luaL_optinteger(L, 4, 64);
   luaL_argcheck(L, count >= 1 && count <= 1000000000, 2, "count must be 1..1e9");
@@ -222,8 +280,20 @@ static int l_start(lua_State *L)
   lh.ev = ev;
   lh.L = L;
   lh.last_head = __atomic_load_n(&ev->page->data_head, __ATOMIC_ACQUIRE);
-  lh.on = 1;
-  lua_sethook(L, lh_hook, LUA_MASKCOUNT, (int)count);
+  lh.signal_mode = sigmode;
+  lh.fd = ev->fd;
+  if (sigmode) {
+    lh.signo = SIGRTMIN + 4;
+    if (lh_arm(ev->fd, lh.signo) < 0) {
+      int err = errno;
+      lh_release(L);
+      return pe_push_syserror(L, "luahook_start", "profile", err, NULL);
+    }
+    lh.on = 1;
+  } else {
+    lh.on = 1;
+    lua_sethook(L, lh_hook, LUA_MASKCOUNT, (int)count);
+  }
   lua_pushboolean(L, 1);
   return 1;
 }
@@ -234,6 +304,7 @@ static int l_start(lua_State *L)
 static int l_stop(lua_State *L)
 {
   if (!lh.on) { lua_pushboolean(L, 0); return 1; }
+  lh_disarm();
   lh.on = 0;
   if (lh.L && lua_gethook(lh.L) == lh_hook) lua_sethook(lh.L, NULL, 0, 0);
   if (lua_gethook(L) == lh_hook) lua_sethook(L, NULL, 0, 0);

@@ -508,6 +508,107 @@ local function le_u64(s, o)
   return a + b * 256 + c * 65536 + d * 16777216 + (e + f * 256 + g * 65536 + h * 16777216) * 4294967296
 end
 
+-- ---------------------------------------------------------------- PUC Lua: hook mode
+--
+-- csrc/luahook.c sets a count hook on this thread (every `hook_count` VM
+-- instructions) that captures the Lua stack when the ring's data_head has
+-- moved since it last looked, that is at the first hook point after a
+-- sample. drain pairs each sample with the first capture taken at or after
+-- its time; the sample's IP gives the C leaf under those Lua frames.
+
+local HOOK_WINDOW = 1e8   -- ns: a capture later than this after a sample is not its stack
+
+-- how the hook is set: "signal" (a one-shot hook set by each sample's
+-- signal) or "count" (a count hook always set). A count hook costs on
+-- every instruction on 5.4, on none but each count-th on 5.1.
+local function hook_kind(opts)
+  if opts.hook then return opts.hook end
+  if opts.hook_count then return "count" end
+  return _VERSION == "Lua 5.1" and "count" or "signal"
+end
+
+-- sets the hook (p.mode becomes "c", with the reason, when it cannot)
+local function hook_start(p, LP, opts)
+  local kind = hook_kind(opts)
+  local arg = kind == "signal" and "signal" or (opts.hook_count or 1000)
+  local ok, err = LP.luahook_start(p.ev, arg, opts.hook_slots or 8192, opts.depth or 64)
+  if not ok then
+    p.mode, p.reason = "c", err
+    return
+  end
+  p.hook, p.hook_kind, p.hpend = true, kind, {}
+  p.hook_count = kind == "count" and arg or nil
+end
+
+-- a capture's frames, root first: Lua frames named like LuaJIT's, C
+-- functions on the Lua stack (pcall, table.sort) by the name Lua gives them
+local function hook_frames(cap, strs)
+  local f, out = cap.f, {}
+  for i = #f - 3, 1, -4 do
+    local src, line, ld, lld = strs[f[i]] or "?", f[i + 1], f[i + 2], f[i + 3]
+    if ld < 0 then
+      if src ~= "?" then out[#out + 1] = { c = src, hook = true } end
+    else
+      out[#out + 1] = { lua = proto_info({ source = src, linedefined = ld, lastlinedefined = lld }),
+                        line = line >= 0 and line or ld, hook = true }
+    end
+  end
+  return out
+end
+
+-- the sample's leaf under the captured stack: a C frame is kept unless it
+-- is the interpreter itself (an unnamed address in the module holding the
+-- Lua VM), which the Lua frames already stand for
+function Profile:_hook_resolve(rec, cap, strs)
+  local leaf = self:_leaf(rec)
+  if not cap then return leaf end
+  local out = hook_frames(cap, strs)
+  if #out == 0 then return leaf end
+  local n = 0
+  for _, f in ipairs(leaf) do
+    local vm = f.c and f.c:sub(1, 1) == "[" and f.module and self.vm_module
+      and (self.vm_module == f.module or self.vm_module:sub(-#f.module - 1) == "/" .. f.module)
+    if not vm then out[#out + 1] = f; n = n + 1 end
+  end
+  out.nleaf = n > 0 and n or nil
+  return out
+end
+
+-- drain's hook branch: the samples of the ring, each with its capture
+function Profile:_hook_drain()
+  local caps, strs, dropped, ncalls, vm = pe_module().core._private.luahook_read()
+  self.hook_dropped, self.hook_calls = tonumber(dropped), tonumber(ncalls)
+  self.vm_module = self.vm_module or vm
+  local pend = self.hpend
+  for _, c in ipairs(caps) do
+    c.time = tonumber(c.time)
+    c.frames = hook_frames(c, strs)
+    pend[#pend + 1] = c
+  end
+  self.ncaps = (self.ncaps or 0) + #caps
+  local j, last = 1, nil
+  for rec in self.ev:records() do
+    if rec.type == "sample" then
+      self.nsamples = self.nsamples + 1
+      local t = tonumber(rec.time)
+      while pend[j] and pend[j].time < t do j = j + 1 end
+      local c = pend[j]
+      if c and c.time - t > HOOK_WINDOW then c = nil end
+      if c then self.nhooked = (self.nhooked or 0) + 1 end
+      self.samples[#self.samples + 1] = self:_hook_resolve(rec, c, strs)
+      last = t
+    elseif rec.type == "lost" or rec.type == "lost_samples" then
+      self.lost = self.lost + (tonumber(rec.lost) or 0)
+    end
+  end
+  -- captures at or after the last sample may belong to the next drain's
+  if last then
+    local keep = {}
+    for i = j, #pend do keep[#keep + 1] = pend[i] end
+    self.hpend = keep
+  end
+end
+
 --- Starts sampling this thread.
 -- @tparam[opt] table opts `event` ("cpu-clock"), `freq` (999 Hz) or
 --   `period` (in event units), `pages` (ring pages, a power of two; 512, or 64 when
@@ -538,6 +639,8 @@ function M.start(opts)
     p.layout = lay
   elseif opts.lua == false then
     reason = "lua=false"
+  elseif pe.core._private.luahook_start then
+    mode, reason = "hook", nil
   end
   p.mode, p.reason = mode, reason
   local stack = opts.stack or 256
@@ -557,6 +660,9 @@ function M.start(opts)
   if mode == "full" and opts.stacks ~= false and LP.luaprof_arm then
     spec.wakeup_events = 1     -- a wakeup, so a signal, for every sample
     p.stacks = true
+  end
+  if mode == "hook" and hook_kind(opts) == "signal" then
+    spec.wakeup_events = 1     -- a wakeup, so a signal, for every sample
   end
   if opts.period then spec.sample_period = opts.period
   else spec.freq = true; spec.sample_freq = opts.freq or 999 end
@@ -605,6 +711,7 @@ function M.start(opts)
   if p.stacks and not regs_check.walk.ok then
     p.stacks, p.stacks_reason = false, regs_check.walk.reason
   end
+  if mode == "hook" then hook_start(p, LP, opts) end
   if p.stacks then
     local ok, aerr = LP.luaprof_arm(ev:fd(), nil, M.callops(), regs_check.jit_base.ok and 1 or 0)
     if not ok then p.stacks = false; p.stacks_reason = aerr end
@@ -709,6 +816,7 @@ function Profile:drain()
     self.sym = pe_module().symbols.new({ kernel = false, offsets = true })
   end
   self.sym:load_maps("self")
+  if self.hook then self:_hook_drain() return self end
   local samples = self.samples
   local sigs, si = nil, 1
   if self.stacks then
@@ -748,6 +856,7 @@ function Profile:stop()
   local open = pcall(self.ev.fd, self.ev)   -- closed behind our back?
   if open then self.ev:disable() end
   if self.stacks and open then pe_module().core._private.luaprof_disarm(self.ev:fd()) end
+  if self.hook then pe_module().core._private.luahook_stop() end
   if self.trace_cb then jit.attach(self.trace_cb) self.trace_cb = nil end
   if self.bc_cb then jit.attach(self.bc_cb) self.bc_cb = nil end
   if self.reg and self.reg.perfmap then self.reg.perfmap:close() self.reg.perfmap = nil end
