@@ -12,13 +12,16 @@
  * first capture taken after it.  The hook allocates nothing: source names
  * are copied once into a string pool, and a frame is four integers.
  *
- * That is mode "count".  On Lua 5.4 a count hook costs on every
- * instruction (any hook mask sends each instruction through
- * luaG_traceexec), so mode "signal" sets no hook until a sample: the event
- * signals this thread on each sample (O_ASYNC, F_SETSIG, F_SETOWN_EX), and
- * the handler sets a one-shot count hook (count 1) on the started thread,
- * as lua.c's SIGINT handler does (lua_sethook is meant to be called from a
- * signal handler).  The hook captures and removes itself.
+ * In both modes the event also signals this thread on each sample
+ * (O_ASYNC, F_SETSIG, F_SETOWN_EX), and the handler sets a count hook of
+ * count 1 on the started thread, as lua.c's SIGINT handler does
+ * (lua_sethook is meant to be callable from a signal handler): the capture
+ * is at that thread's next instruction, also after a long C call.  Mode
+ * "signal" sets no other hook, because on Lua 5.4 any hook mask sends
+ * every instruction through luaG_traceexec; the hook removes itself after
+ * the capture.  Mode "count" also keeps a count hook of `count`
+ * instructions set, which coroutines created meanwhile inherit: a sample
+ * taken while one runs is captured there within `count` instructions.
  *
  * One hooked profile per process (the state is static).  The event's
  * userdata and the hooked thread are kept alive by registry references
@@ -60,8 +63,10 @@ typedef struct lh_str {
 
 static struct {
   volatile int on;
-  int signal_mode;              /* 1: set by the handler, one capture each */
+  int signal_mode;              /* 1: no hook but the handler's one-shot */
   int signo, fd;
+  int count;                    /* mode "count": the standing hook's count */
+  volatile int boosted;         /* the handler set count 1 on the started thread */
   pe_event *ev;                 /* pinned by ev_ref */
   lua_State *L;                 /* pinned by th_ref */
   int ev_ref, th_ref;
@@ -165,10 +170,12 @@ static void lh_hook(lua_State *L, lua_Debug *ar)
     return;
   }
   lh.ncalls++;
-  if (lh.signal_mode) {          /* one shot: this sample's capture */
-    lua_sethook(L, NULL, 0, 0);
-    lh_capture(L, 0);
-    return;
+  if (L == lh.L) {
+    if (lh.signal_mode) lua_sethook(L, NULL, 0, 0);              /* one shot */
+    else if (lh.boosted) {
+      lh.boosted = 0;
+      lua_sethook(L, lh_hook, LUA_MASKCOUNT, lh.count);         /* back to count */
+    }
   }
   pe_event *ev = lh.ev;
   if (ev->fd < 0 || ev->page == NULL || ev->gen != pe_fork_gen) return;
@@ -183,7 +190,8 @@ static void lh_handler(int sig, siginfo_t *si, void *uc)
 {
   (void)sig;
   (void)uc;
-  if (!lh.on || !lh.signal_mode || si->si_fd != lh.fd || lh.L == NULL) return;
+  if (!lh.on || si->si_fd != lh.fd || lh.L == NULL) return;
+  lh.boosted = 1;
   lua_sethook(lh.L, lh_hook, LUA_MASKCOUNT, 1);
 }
 
@@ -211,7 +219,7 @@ static int lh_arm(int fd, int signo)
 static void lh_disarm(void)
 {
   int fl;
-  if (!lh.signal_mode || lh.ev == NULL || lh.ev->fd < 0) return;
+  if (lh.ev == NULL || lh.ev->fd < 0) return;
   fl = fcntl(lh.ev->fd, F_GETFL);
   if (fl >= 0) fcntl(lh.ev->fd, F_SETFL, fl & ~O_ASYNC);
 }
@@ -226,9 +234,9 @@ static void lh_release(lua_State *L)
 }
 
 /* _private.luahook_start(event, count|"signal", slots, depth) -> true, or
- * nil, why.  A number sets the count hook on the calling thread (the event
- * must be mapped: its data_head is what the hook watches); "signal" arms
- * the event's signal instead (the event needs wakeup_events = 1). */
+ * nil, why.  Arms the event's signal (it needs wakeup_events = 1, and a
+ * mmap page: the hook compares its data_head); a count also sets the
+ * standing count hook on the calling thread. */
 static int l_start(lua_State *L)
 {
   pe_event *ev = pe_check_event(L, 1);
@@ -281,19 +289,17 @@ static int l_start(lua_State *L)
   lh.L = L;
   lh.last_head = __atomic_load_n(&ev->page->data_head, __ATOMIC_ACQUIRE);
   lh.signal_mode = sigmode;
+  lh.count = (int)count;
+  lh.boosted = 0;
   lh.fd = ev->fd;
-  if (sigmode) {
-    lh.signo = SIGRTMIN + 4;
-    if (lh_arm(ev->fd, lh.signo) < 0) {
-      int err = errno;
-      lh_release(L);
-      return pe_push_syserror(L, "luahook_start", "profile", err, NULL);
-    }
-    lh.on = 1;
-  } else {
-    lh.on = 1;
-    lua_sethook(L, lh_hook, LUA_MASKCOUNT, (int)count);
+  lh.signo = SIGRTMIN + 4;
+  if (lh_arm(ev->fd, lh.signo) < 0) {
+    int err = errno;
+    lh_release(L);
+    return pe_push_syserror(L, "luahook_start", "profile", err, NULL);
   }
+  lh.on = 1;
+  if (!sigmode) lua_sethook(L, lh_hook, LUA_MASKCOUNT, (int)count);
   lua_pushboolean(L, 1);
   return 1;
 }

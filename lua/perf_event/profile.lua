@@ -510,17 +510,20 @@ end
 
 -- ---------------------------------------------------------------- PUC Lua: hook mode
 --
--- csrc/luahook.c sets a count hook on this thread (every `hook_count` VM
--- instructions) that captures the Lua stack when the ring's data_head has
--- moved since it last looked, that is at the first hook point after a
--- sample. drain pairs each sample with the first capture taken at or after
--- its time; the sample's IP gives the C leaf under those Lua frames.
+-- csrc/luahook.c captures the Lua stack at the first VM hook point after a
+-- sample: each sample signals this thread, whose handler sets a count hook
+-- of 1 on the thread that called start ("signal"; "count" also keeps a
+-- hook every `hook_count` instructions, which coroutines created after
+-- start inherit). The hook captures when the ring's data_head has moved
+-- since it last looked. drain pairs each sample with the first capture
+-- taken at or after its time; the sample's IP gives the C leaf under those
+-- Lua frames.
 
 local HOOK_WINDOW = 1e8   -- ns: a capture later than this after a sample is not its stack
 
--- how the hook is set: "signal" (a one-shot hook set by each sample's
--- signal) or "count" (a count hook always set). A count hook costs on
--- every instruction on 5.4, on none but each count-th on 5.1.
+-- how the hook is set: "signal" (only the one-shot hook set by each
+-- sample's signal) or "count" (and a count hook always set). A standing
+-- hook costs on every instruction on 5.4, on every count-th one on 5.1.
 local function hook_kind(opts)
   if opts.hook then return opts.hook end
   if opts.hook_count then return "count" end
@@ -661,7 +664,7 @@ function M.start(opts)
     spec.wakeup_events = 1     -- a wakeup, so a signal, for every sample
     p.stacks = true
   end
-  if mode == "hook" and hook_kind(opts) == "signal" then
+  if mode == "hook" then
     spec.wakeup_events = 1     -- a wakeup, so a signal, for every sample
   end
   if opts.period then spec.sample_period = opts.period
