@@ -562,11 +562,11 @@ end
 -- the sample's leaf under the captured stack: a C frame is kept unless it
 -- is the interpreter itself (an unnamed address in the module holding the
 -- Lua VM), which the Lua frames already stand for
-function Profile:_hook_resolve(rec, cap, strs)
+function Profile:_hook_resolve(rec, cap)
   local leaf = self:_leaf(rec)
-  if not cap then return leaf end
-  local out = hook_frames(cap, strs)
-  if #out == 0 then return leaf end
+  if not cap or #cap.frames == 0 then return leaf end
+  local out = {}
+  for i, f in ipairs(cap.frames) do out[i] = f end
   local n = 0
   for _, f in ipairs(leaf) do
     local vm = f.c and f.c:sub(1, 1) == "[" and f.module and self.vm_module
@@ -577,8 +577,19 @@ function Profile:_hook_resolve(rec, cap, strs)
   return out
 end
 
--- drain's hook branch: the samples of the ring, each with its capture
-function Profile:_hook_drain()
+-- drain's hook branch: the samples of the ring, each with its capture.
+-- The ring is read before the captures, so that a sample's capture, taken
+-- at the first hook point after it, has been taken by then; a sample with
+-- no capture yet waits for the next drain, unless `final`.
+function Profile:_hook_drain(final)
+  local waiting = self.hwait or {}
+  for rec in self.ev:records() do
+    if rec.type == "sample" then
+      waiting[#waiting + 1] = rec
+    elseif rec.type == "lost" or rec.type == "lost_samples" then
+      self.lost = self.lost + (tonumber(rec.lost) or 0)
+    end
+  end
   local caps, strs, dropped, ncalls, vm = pe_module().core._private.luahook_read()
   self.hook_dropped, self.hook_calls = tonumber(dropped), tonumber(ncalls)
   self.vm_module = self.vm_module or vm
@@ -589,27 +600,26 @@ function Profile:_hook_drain()
     pend[#pend + 1] = c
   end
   self.ncaps = (self.ncaps or 0) + #caps
-  local j, last = 1, nil
-  for rec in self.ev:records() do
-    if rec.type == "sample" then
-      self.nsamples = self.nsamples + 1
-      local t = tonumber(rec.time)
-      while pend[j] and pend[j].time < t do j = j + 1 end
-      local c = pend[j]
-      if c and c.time - t > HOOK_WINDOW then c = nil end
-      if c then self.nhooked = (self.nhooked or 0) + 1 end
-      self.samples[#self.samples + 1] = self:_hook_resolve(rec, c, strs)
-      last = t
-    elseif rec.type == "lost" or rec.type == "lost_samples" then
-      self.lost = self.lost + (tonumber(rec.lost) or 0)
-    end
+  local j, k = 1, 1
+  while k <= #waiting do
+    local rec = waiting[k]
+    local t = tonumber(rec.time)
+    while pend[j] and pend[j].time < t do j = j + 1 end
+    local c = pend[j]
+    if not c and not final then break end
+    if c and c.time - t > HOOK_WINDOW then c = nil end
+    if c then self.nhooked = (self.nhooked or 0) + 1 end
+    self.nsamples = self.nsamples + 1
+    self.samples[#self.samples + 1] = self:_hook_resolve(rec, c)
+    k = k + 1
   end
-  -- captures at or after the last sample may belong to the next drain's
-  if last then
-    local keep = {}
-    for i = j, #pend do keep[#keep + 1] = pend[i] end
-    self.hpend = keep
-  end
+  local rest = {}
+  for i = k, #waiting do rest[#rest + 1] = waiting[i] end
+  self.hwait = rest
+  -- captures before the last paired sample are no longer needed
+  local keep = {}
+  for i = j, #pend do keep[#keep + 1] = pend[i] end
+  self.hpend = keep
 end
 
 --- Starts sampling this thread.
@@ -819,7 +829,7 @@ function Profile:drain()
     self.sym = pe_module().symbols.new({ kernel = false, offsets = true })
   end
   self.sym:load_maps("self")
-  if self.hook then self:_hook_drain() return self end
+  if self.hook then self:_hook_drain(not self.running) return self end
   local samples = self.samples
   local sigs, si = nil, 1
   if self.stacks then
