@@ -306,7 +306,7 @@ static int l_start(lua_State *L)
 
 /* _private.luahook_stop() -> true if a hook was removed.  The started
  * thread's hook goes now; inherited ones remove themselves when they next
- * fire.  The capture buffer stays for luahook_read. */
+ * fire.  The capture buffer stays for the last luahook_read. */
 static int l_stop(lua_State *L)
 {
   if (!lh.on) { lua_pushboolean(L, 0); return 1; }
@@ -322,7 +322,8 @@ static int l_stop(lua_State *L)
 /* _private.luahook_read() -> caps, strings, dropped, hook calls, vm module.
  * caps: array of {time = ns, more = bool, f = {src, line, ld, lld, ...}}
  * (four integers a frame, innermost first; src indexes strings, 1-based;
- * ld == -1 marks a C function, src its name).  Takes the captures out. */
+ * ld == -1 marks a C function, src its name).  Takes the captures out;
+ * after luahook_stop, also frees the buffer. */
 static int l_read(lua_State *L)
 {
   lua_createtable(L, (int)(lh.head - lh.tail), 0);
@@ -354,6 +355,12 @@ static int l_read(lua_State *L)
   for (uint32_t i = 0; i < lh.nstrs; i++) {
     lua_pushlstring(L, lh.pool + lh.strs[i].off, lh.strs[i].len);
     lua_rawseti(L, -2, (int)i + 1);
+  }
+  if (!lh.on) {                  /* stopped and now read: the buffer goes */
+    free(lh.caps);
+    free(lh.frames);
+    lh.caps = NULL;
+    lh.frames = NULL;
   }
   lua_pushinteger(L, lh.dropped);
   pe_push_u64(L, lh.ncalls);
