@@ -77,6 +77,7 @@ static struct {
   uint32_t head, tail;          /* captures written / read */
   uint32_t dropped;             /* captures lost to a full buffer */
   uint64_t ncalls;              /* hook calls */
+  uint64_t ns;                  /* time spent capturing */
   char pool[LH_POOL];
   uint32_t pool_used;
   lh_str strs[LH_STRS];         /* index 0: "?" */
@@ -160,6 +161,7 @@ static void lh_capture(lua_State *L, uint64_t head)
   }
   c->n = n;
   lh.head++;
+  lh.ns += lh_now() - c->time;
 }
 
 static void lh_hook(lua_State *L, lua_Debug *ar)
@@ -279,7 +281,7 @@ static int l_start(lua_State *L)
   lh.slots = (uint32_t)slots;
   lh.depth = (uint32_t)depth;
   lh.head = lh.tail = lh.dropped = 0;
-  lh.ncalls = 0;
+  lh.ncalls = lh.ns = 0;
   lh_strs_reset();
   lua_pushvalue(L, 1);
   lh.ev_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -319,7 +321,8 @@ static int l_stop(lua_State *L)
   return 1;
 }
 
-/* _private.luahook_read() -> caps, strings, dropped, hook calls, vm module.
+/* _private.luahook_read() -> caps, strings, dropped, hook calls, vm module,
+ * ns spent capturing.
  * caps: array of {time = ns, more = bool, f = {src, line, ld, lld, ...}}
  * (four integers a frame, innermost first; src indexes strings, 1-based;
  * ld == -1 marks a C function, src its name).  Takes the captures out;
@@ -367,7 +370,8 @@ static int l_read(lua_State *L)
   Dl_info di;
   if (dladdr((void *)(uintptr_t)lua_gettop, &di) && di.dli_fname) lua_pushstring(L, di.dli_fname);
   else lua_pushnil(L);
-  return 5;
+  pe_push_u64(L, lh.ns);
+  return 6;
 }
 
 /* the three functions go to core._private (profile.lua's hook mode) */

@@ -590,8 +590,8 @@ function Profile:_hook_drain(final)
       self.lost = self.lost + (tonumber(rec.lost) or 0)
     end
   end
-  local caps, strs, dropped, ncalls, vm = pe_module().core._private.luahook_read()
-  self.hook_dropped, self.hook_calls = tonumber(dropped), tonumber(ncalls)
+  local caps, strs, dropped, ncalls, vm, ns = pe_module().core._private.luahook_read()
+  self.hook_dropped, self.hook_calls, self.hook_ns = tonumber(dropped), tonumber(ncalls), tonumber(ns)
   self.vm_module = self.vm_module or vm
   local pend = self.hpend
   for _, c in ipairs(caps) do
