@@ -104,7 +104,7 @@ describe("pe.profile on PUC Lua (hook mode)", function()
   for _, kind in ipairs(kinds) do
     describe("hook=" .. kind, function()
       -- #native: under valgrind the signal waits for valgrind's own scheduling points
-      it("per-function shares agree with os.clock per function within 5 points; lines inside the function #native", function()
+      it("per-function shares agree with os.clock within 5 points; lines inside the function #native", function()
         local p = start({ hook = kind })
         finally(function() p:stop() end)
         assert.equal("hook", p.mode, tostring(p.reason))

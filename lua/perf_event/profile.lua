@@ -33,7 +33,8 @@
 -- Steps 2 and 3 rely on LuaJIT internals (GCfuncL.pc at offset 32, the
 -- prototype header size, rbx as PC). Both are checked by a self-test at the
 -- first start; when it fails, `p.mode` is `"trace"` and `p.reason` says why.
--- PUC Lua (5.1, 5.4) gets C leaf frames only (`p.mode == "c"`).
+-- PUC Lua (5.1, 5.4) gets `p.mode == "hook"`: the Lua stack captured by a
+-- VM hook at the first instruction after each sample (csrc/luahook.c).
 -- @module perf_event.profile
 
 local string, table, math, io = string, table, math, io
@@ -629,7 +630,9 @@ end
 --   `stack` (bytes of user stack per sample scanned for a trace caller,
 --   256; 0 disables), `stacks` (false: no signal-time walk of the Lua
 --   callers, leaf frames only), `lua` (false: C leaf frames only), `perfmap`
---   (true: append each trace to /tmp/perf-PID.map for the perf tool)
+--   (true: append each trace to /tmp/perf-PID.map for the perf tool);
+--   on PUC Lua `hook` ("signal", the default on 5.2+, or "count", the
+--   default on 5.1), `hook_count` (1000 instructions), `depth` (64 frames)
 -- @treturn[1] table the profile
 -- @treturn[2] nil
 -- @treturn[2] string why the event could not be opened
