@@ -193,6 +193,8 @@ static void lh_handler(int sig, siginfo_t *si, void *uc)
   (void)sig;
   (void)uc;
   if (!lh.on || si->si_fd != lh.fd || lh.L == NULL) return;
+  lua_Hook h = lua_gethook(lh.L);
+  if (h != NULL && h != lh_hook) return;   /* the program's own hook stays */
   lh.boosted = 1;
   lua_sethook(lh.L, lh_hook, LUA_MASKCOUNT, 1);
 }

@@ -270,6 +270,36 @@ describe("pe.profile on PUC Lua (hook mode)", function()
       .. "\n" .. p:folded())
   end)
 
+  it("leaves a hook the program sets meanwhile alone; its samples get no Lua stack", function()
+    local p = start({ hook = "signal" })
+    finally(function() p:stop() end)
+    local t0 = clock()
+    repeat alpha(1e5) until clock() - t0 > 0.05
+    local fired = 0
+    local function mine() fired = fired + 1 end
+    debug.sethook(mine, "", 100000)
+    t0 = clock()
+    repeat spin(1e5) until clock() - t0 > 0.3
+    local still = debug.gethook()
+    debug.sethook()
+    t0 = clock()
+    repeat beta(1e5) until clock() - t0 > 0.05
+    p:stop()
+    assert.equal(mine, still)
+    assert.is_true(fired > 0)
+    assert.is_nil(debug.gethook())
+    -- no capture was taken while the program's hook was set: spin is in no
+    -- stack, and its samples (0.3 s at 2999 Hz, less the 100 ms in which
+    -- a later capture may still be taken for them) have none
+    local seen = {}
+    for _, frames in ipairs(p.samples) do
+      for _, f in ipairs(frames) do if f.lua then seen[f.lua.name] = true end end
+    end
+    assert.is_nil(seen.spin)
+    assert.is_true(seen.alpha and seen.beta, "alpha and beta sampled")
+    assert.is_true(p.nsamples - p.nhooked >= 100, (p.nsamples - p.nhooked) .. " samples without a stack")
+  end)
+
   it("falls back to mode \"c\" saying why: a second profile, a hook already set, lua=false", function()
     local p = start()
     finally(function() p:stop() end)
