@@ -140,8 +140,11 @@ describe("pe.profile on PUC Lua (hook mode)", function()
             assert.is_true(active[f.line] == true, f.lua.name .. " at line " .. f.line)
           end
         end
-        -- nearly every sample found its capture
-        assert.is_true(p.nhooked >= 0.95 * p.nsamples, p.nhooked .. " of " .. p.nsamples .. " paired")
+        -- nearly every sample found its capture (all of them on a quiet
+        -- machine; 94.6% once with valgrind busy on the other core: a thread
+        -- preempted for 100 ms between a sample and its capture loses it)
+        assert.is_true(p.nhooked >= 0.9 * p.nsamples, ("%d of %d paired, %d captures, %d dropped\n%s"):format(
+          p.nhooked, p.nsamples, p.ncaps, p.hook_dropped, p:folded()))
       end)
 
       it("one hot function under two callers shows both paths, each caller at its call line", function()
@@ -319,5 +322,21 @@ describe("pe.profile on PUC Lua (hook mode)", function()
     assert.equal("c", s.mode)
     assert.equal("lua=false", s.reason)
     assert.is_nil(debug.gethook())
+    -- a caller's mistake raises, pointing at the caller
+    local ok, err = pcall(pe.profile.start, { hook = "often" })
+    assert.is_false(ok)
+    assert.matches('hook must be "signal" or "count", got often', err, 1, true)
+    assert.is_nil(debug.gethook())
+  end)
+
+  it("stop() after the event was closed behind its back removes the hook and frees the captures", function()
+    local p = start({ hook = "count" })
+    spin(2e5)
+    p.ev:close()
+    spin(2e5)       -- the hook runs on with a closed event: it must not touch the page
+    p:stop()
+    assert.is_nil(debug.gethook())
+    assert.is_false(pe.core._private.luahook_stop())
+    assert.equal(0, #pe.core._private.luahook_read())
   end)
 end)

@@ -656,6 +656,9 @@ function M.start(opts)
   elseif opts.lua == false then
     reason = "lua=false"
   elseif pe.core._private.luahook_start then
+    if opts.hook ~= nil and opts.hook ~= "signal" and opts.hook ~= "count" then
+      error("profile.start: hook must be \"signal\" or \"count\", got " .. tostring(opts.hook), 2)
+    end
     mode, reason = "hook", nil
   end
   p.mode, p.reason = mode, reason
@@ -872,7 +875,11 @@ function Profile:stop()
   local open = pcall(self.ev.fd, self.ev)   -- closed behind our back?
   if open then self.ev:disable() end
   if self.stacks and open then pe_module().core._private.luaprof_disarm(self.ev:fd()) end
-  if self.hook then pe_module().core._private.luahook_stop() end
+  if self.hook then
+    local LP = pe_module().core._private
+    LP.luahook_stop()
+    if not open then LP.luahook_read() end   -- no drain below: frees the captures
+  end
   if self.trace_cb then jit.attach(self.trace_cb) self.trace_cb = nil end
   if self.bc_cb then jit.attach(self.bc_cb) self.bc_cb = nil end
   if self.reg and self.reg.perfmap then self.reg.perfmap:close() self.reg.perfmap = nil end
