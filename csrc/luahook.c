@@ -2,9 +2,9 @@
  * luahook.c - Lua stacks for perf_event.profile on PUC Lua (5.1 to 5.4).
  *
  * The perf_event decides when a sample is taken; this file captures the
- * Lua stack at the next VM hook point after it.  A count hook
- * (LUA_MASKCOUNT, every `count` VM instructions) is set on the calling
- * lua_State.  Per call it only compares the ring's data_head (in the
+ * Lua stack at the next VM hook point after it.  The hook is a count hook
+ * (LUA_MASKCOUNT) on the calling lua_State, set as described below.  Per
+ * call it only compares the ring's data_head (in the
  * event's mmap page) with the value it last saw: when the kernel has
  * written a record since, it walks the stack with lua_getstack and
  * lua_getinfo("Sl"; "n" for C functions) into a fixed buffer, with the
@@ -172,12 +172,13 @@ static void lh_hook(lua_State *L, lua_Debug *ar)
     return;
   }
   lh.ncalls++;
-  if (L == lh.L) {
-    if (lh.signal_mode) lua_sethook(L, NULL, 0, 0);              /* one shot */
-    else if (lh.boosted) {
-      lh.boosted = 0;
-      lua_sethook(L, lh_hook, LUA_MASKCOUNT, lh.count);         /* back to count */
-    }
+  /* one shot in mode "signal"; in mode "count", back to the standing
+   * count, after the handler's count 1 (a coroutine created while the
+   * count-1 hook was set inherited it too) */
+  if (lh.signal_mode) lua_sethook(L, NULL, 0, 0);
+  else if (L == lh.L ? lh.boosted : lua_gethookcount(L) != lh.count) {
+    if (L == lh.L) lh.boosted = 0;
+    lua_sethook(L, lh_hook, LUA_MASKCOUNT, lh.count);
   }
   pe_event *ev = lh.ev;
   if (ev->fd < 0 || ev->page == NULL || ev->gen != pe_fork_gen) return;
