@@ -200,9 +200,23 @@ static void lh_handler(int sig, siginfo_t *si, void *uc)
   lua_sethook(lh.L, lh_hook, LUA_MASKCOUNT, 1);
 }
 
+/* SIGIO: what the kernel sends instead when it cannot queue the real-time
+ * signal (the user's RLIMIT_SIGPENDING is full); it carries no fd */
+static void lh_sigio(int sig, siginfo_t *si, void *uc)
+{
+  (void)sig;
+  (void)si;
+  (void)uc;
+  if (!lh.on || lh.L == NULL) return;
+  lua_Hook h = lua_gethook(lh.L);
+  if (h != NULL && h != lh_hook) return;
+  lh.boosted = 1;
+  lua_sethook(lh.L, lh_hook, LUA_MASKCOUNT, 1);
+}
+
 static int lh_arm(int fd, int signo)
 {
-  struct sigaction sa;
+  struct sigaction sa, old;
   struct f_owner_ex own;
   int fl;
   memset(&sa, 0, sizeof sa);
@@ -210,6 +224,13 @@ static int lh_arm(int fd, int signo)
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
   if (sigaction(signo, &sa, NULL) < 0) return -1;
+  /* SIGIO's default action ends the process: take it, unless the program
+   * already has a disposition of its own */
+  if (sigaction(SIGIO, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO)
+      && old.sa_handler == SIG_DFL) {
+    sa.sa_sigaction = lh_sigio;
+    sigaction(SIGIO, &sa, NULL);
+  }
   own.type = F_OWNER_TID;
   own.pid = pe_current_tid();
   fl = fcntl(fd, F_GETFL);

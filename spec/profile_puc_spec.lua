@@ -4,6 +4,7 @@
 -- os.clock per function, debug.getinfo's lines, and the call sites seen by
 -- debug.getinfo from inside the callee.
 local pe = require("perf_event")
+local U = require("support.util")
 
 local jit = rawget(_G, "jit")
 local srep = string.rep
@@ -301,6 +302,34 @@ describe("pe.profile on PUC Lua (hook mode)", function()
     assert.is_nil(seen.spin)
     assert.is_true(seen.alpha and seen.beta, "alpha and beta sampled")
     assert.is_true(p.nsamples - p.nhooked >= 100, (p.nsamples - p.nhooked) .. " samples without a stack")
+  end)
+
+  it("survives a full signal queue: the kernel's SIGIO instead still sets the hook", function()
+    -- with RLIMIT_SIGPENDING 0 the kernel cannot queue the real-time
+    -- signal and sends plain SIGIO, whose default action ends the process
+    local script = os.tmpname()
+    finally(function() os.remove(script) end)
+    local f = assert(io.open(script, "w"))
+    f:write([[
+package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.cpath = "build/" .. _VERSION:gsub("Lua ", "lua") .. "/?.so;" .. package.cpath
+local pe = require("perf_event")
+local function spin(n) local s = 0 for i = 1, n do s = s + i % 3 end return s end
+local p = assert(pe.profile.start({ freq = 999, hook = "signal" }))
+local t0 = os.clock()
+repeat spin(1e5) until os.clock() - t0 > 0.3
+p:stop()
+print("result", p.mode, p.nsamples, p.nhooked, p:top(1)[1].name)
+]])
+    f:close()
+    local lua = _VERSION:gsub("Lua ", "lua")
+    local out = U.sh("bash -c 'ulimit -i 0 && exec " .. lua .. " " .. script .. "' 2>&1; echo rc=$?")
+    assert.matches("rc=0\n?$", out)
+    local mode, n, hooked, top = out:match("result\t(%S+)\t(%d+)\t(%d+)\t(%S+)")
+    assert.equal("hook", mode, out)
+    assert.is_true(tonumber(n) >= 150, out)
+    assert.is_true(tonumber(hooked) >= 0.9 * tonumber(n), out)
+    assert.matches("^spin@", top)
   end)
 
   it("falls back to mode \"c\" saying why: a second profile, a hook already set, lua=false", function()
