@@ -15,6 +15,7 @@
  *   ring.c                 ring drain, records, AUX (methods added by event.c)
  *   group.c userpage.c luaprof.c  groups; the user-page (rdpmc) read,
  *                          time_conv; the LuaJIT stack walk (pe.profile)
+ *   luahook.c              the PUC Lua count hook's stacks (pe.profile)
  *   lifecycle.c            open, close/gc, fork generation, mmap, accessors
  *   layouts.c spawn.c dir.c  shared-ring decode layouts (E6); spawn/wait;
  *                          core.readdir
@@ -279,6 +280,7 @@ int pe_open_events(lua_State *L);
 /* spawn.c: adds spawn/catch_signals/wait_pid to the module table on top */
 void pe_open_spawn(lua_State *L);
 void pe_open_luaprof(lua_State *L);         /* luaprof.c */
+void pe_open_luahook(lua_State *L);         /* luahook.c */
 /* perfdata.c: adds pd_next/pd_pack/pd_build_id to core._private */
 void pe_open_perfdata(lua_State *L);
 

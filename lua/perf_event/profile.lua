@@ -35,7 +35,8 @@
 -- Steps 2 and 3 rely on LuaJIT internals (GCfuncL.pc at offset 32, the
 -- prototype header size, rbx as PC). Both are checked by a self-test at the
 -- first start; when it fails, `p.mode` is `"trace"` and `p.reason` says why.
--- PUC Lua (5.1, 5.4) gets C leaf frames only (`p.mode == "c"`).
+-- PUC Lua (5.1, 5.4) gets `p.mode == "hook"`: the Lua stack captured by a
+-- VM hook at the first instruction after each sample (csrc/luahook.c).
 -- @module perf_event.profile
 
 local string, table, math, io = string, table, math, io
@@ -669,6 +670,120 @@ local function le_u64(s, o)
   return a + b * 256 + c * 65536 + d * 16777216 + (e + f * 256 + g * 65536 + h * 16777216) * 4294967296
 end
 
+-- ---------------------------------------------------------------- PUC Lua: hook mode
+--
+-- csrc/luahook.c captures the Lua stack at the first VM hook point after a
+-- sample: each sample signals this thread, whose handler sets a count hook
+-- of 1 on the thread that called start ("signal"; "count" also keeps a
+-- hook every `hook_count` instructions, which coroutines created after
+-- start inherit). The hook captures when the ring's data_head has moved
+-- since it last looked. drain pairs each sample with the first capture
+-- taken at or after its time; the sample's IP gives the C leaf under those
+-- Lua frames.
+
+local HOOK_WINDOW = 1e8   -- ns: a capture later than this after a sample is not its stack
+
+-- how the hook is set: "signal" (only the one-shot hook set by each
+-- sample's signal) or "count" (and a count hook always set). A standing
+-- hook costs on every instruction on 5.4, on every count-th one on 5.1.
+local function hook_kind(opts)
+  if opts.hook then return opts.hook end
+  if opts.hook_count then return "count" end
+  return _VERSION == "Lua 5.1" and "count" or "signal"
+end
+
+-- sets the hook (p.mode becomes "c", with the reason, when it cannot)
+local function hook_start(p, LP, opts)
+  local kind = hook_kind(opts)
+  local arg = kind == "signal" and "signal" or (opts.hook_count or 1000)
+  local ok, err = LP.luahook_start(p.ev, arg, opts.hook_slots or 8192, opts.depth or 64)
+  if not ok then
+    p.mode, p.reason = "c", err
+    return
+  end
+  p.hook, p.hook_kind, p.hpend = true, kind, {}
+  p.hook_count = kind == "count" and arg or nil
+end
+
+-- a capture's frames, root first: Lua frames named like LuaJIT's, C
+-- functions on the Lua stack (pcall, table.sort) by the name Lua gives them
+local function hook_frames(cap, strs)
+  local f, out = cap.f, {}
+  for i = #f - 3, 1, -4 do
+    local src, line, ld, lld = strs[f[i]] or "?", f[i + 1], f[i + 2], f[i + 3]
+    if ld < 0 then
+      if src ~= "?" then out[#out + 1] = { c = src, hook = true } end
+    else
+      out[#out + 1] = { lua = proto_info({ source = src, linedefined = ld, lastlinedefined = lld }),
+                        line = line >= 0 and line or ld, hook = true }
+    end
+  end
+  return out
+end
+
+-- the sample's leaf under the captured stack: a C frame is kept unless it
+-- is the interpreter itself (an unnamed address in the module holding the
+-- Lua VM), which the Lua frames already stand for
+function Profile:_hook_resolve(rec, cap)
+  local leaf = self:_leaf(rec)
+  if not cap or #cap.frames == 0 then return leaf end
+  local out = {}
+  for i, f in ipairs(cap.frames) do out[i] = f end
+  local n = 0
+  for _, f in ipairs(leaf) do
+    local vm = f.c and f.c:sub(1, 1) == "[" and f.module and self.vm_module
+      and (self.vm_module == f.module or self.vm_module:sub(-#f.module - 1) == "/" .. f.module)
+    if not vm then out[#out + 1] = f; n = n + 1 end
+  end
+  out.nleaf = n > 0 and n or nil
+  return out
+end
+
+-- drain's hook branch: the samples of the ring, each with its capture.
+-- The ring is read before the captures, so that a sample's capture, taken
+-- at the first hook point after it, has been taken by then; a sample with
+-- no capture yet waits for the next drain, unless `final`.
+function Profile:_hook_drain(final)
+  local waiting = self.hwait or {}
+  for rec in self.ev:records() do
+    if rec.type == "sample" then
+      waiting[#waiting + 1] = rec
+    elseif rec.type == "lost" or rec.type == "lost_samples" then
+      self.lost = self.lost + (tonumber(rec.lost) or 0)
+    end
+  end
+  local caps, strs, dropped, ncalls, vm, ns = pe_module().core._private.luahook_read()
+  self.hook_dropped, self.hook_calls, self.hook_ns = tonumber(dropped), tonumber(ncalls), tonumber(ns)
+  self.vm_module = self.vm_module or vm
+  local pend = self.hpend
+  for _, c in ipairs(caps) do
+    c.time = tonumber(c.time)
+    c.frames = hook_frames(c, strs)
+    pend[#pend + 1] = c
+  end
+  self.ncaps = (self.ncaps or 0) + #caps
+  local j, k = 1, 1
+  while k <= #waiting do
+    local rec = waiting[k]
+    local t = tonumber(rec.time)
+    while pend[j] and pend[j].time < t do j = j + 1 end
+    local c = pend[j]
+    if not c and not final then break end
+    if c and c.time - t > HOOK_WINDOW then c = nil end
+    if c then self.nhooked = (self.nhooked or 0) + 1 end
+    self.nsamples = self.nsamples + 1
+    self.samples[#self.samples + 1] = self:_hook_resolve(rec, c)
+    k = k + 1
+  end
+  local rest = {}
+  for i = k, #waiting do rest[#rest + 1] = waiting[i] end
+  self.hwait = rest
+  -- captures before the last paired sample are no longer needed
+  local keep = {}
+  for i = j, #pend do keep[#keep + 1] = pend[i] end
+  self.hpend = keep
+end
+
 --- Starts sampling this thread.
 -- @tparam[opt] table opts `event` ("cpu-clock"), `freq` (999 Hz) or
 --   `period` (in event units), `pages` (ring pages, a power of two; 512, or 64 when
@@ -676,7 +791,9 @@ end
 --   `stack` (bytes of user stack per sample scanned for a trace caller,
 --   256; 0 disables), `stacks` (false: no signal-time walk of the Lua
 --   callers, leaf frames only), `lua` (false: C leaf frames only), `perfmap`
---   (true: append each trace to /tmp/perf-PID.map for the perf tool)
+--   (true: append each trace to /tmp/perf-PID.map for the perf tool);
+--   on PUC Lua `hook` ("signal", the default on 5.2+, or "count", the
+--   default on 5.1), `hook_count` (1000 instructions), `depth` (64 frames)
 -- @treturn[1] table the profile
 -- @treturn[2] nil
 -- @treturn[2] string why the event could not be opened
@@ -699,6 +816,11 @@ function M.start(opts)
     p.layout = lay
   elseif opts.lua == false then
     reason = "lua=false"
+  elseif pe.core._private.luahook_start then
+    if opts.hook ~= nil and opts.hook ~= "signal" and opts.hook ~= "count" then
+      error("profile.start: hook must be \"signal\" or \"count\", got " .. tostring(opts.hook), 2)
+    end
+    mode, reason = "hook", nil
   end
   p.mode, p.reason = mode, reason
   local stack = opts.stack or 256
@@ -727,6 +849,9 @@ function M.start(opts)
       spec.wakeup_events = 1     -- a wakeup, so a signal, for every sample
       p.stacks = true
     end
+  end
+  if mode == "hook" then
+    spec.wakeup_events = 1     -- a wakeup, so a signal, for every sample
   end
   if opts.period then spec.sample_period = opts.period
   else spec.freq = true; spec.sample_freq = opts.freq or 999 end
@@ -762,6 +887,7 @@ function M.start(opts)
   if p.stacks and not regs_check.walk.ok then
     p.stacks, p.stacks_reason = false, regs_check.walk.reason
   end
+  if mode == "hook" then hook_start(p, LP, opts) end
   if p.stacks then
     local ok, aerr = LP.luaprof_arm(ev:fd(), nil, M.callops(), regs_check.jit_base.ok and 1 or 0,
                                     regs_check.lbase.ok and 1 or 0, regs_check.vmstate.ok and 1 or 0)
@@ -930,6 +1056,7 @@ function Profile:drain()
     self.sym = pe_module().symbols.new({ kernel = false, offsets = true })
   end
   self.sym:load_maps("self")
+  if self.hook then self:_hook_drain(not self.running) return self end
   local samples = self.samples
   local sigs, si = nil, 1
   if self.stacks then
@@ -971,6 +1098,11 @@ function Profile:stop()
   local open = pcall(self.ev.fd, self.ev)   -- closed behind our back?
   if open then self.ev:disable() end
   if self.stacks and open then pe_module().core._private.luaprof_disarm(self.ev:fd()) end
+  if self.hook then
+    local LP = pe_module().core._private
+    LP.luahook_stop()
+    if not open then LP.luahook_read() end   -- no drain below: frees the captures
+  end
   if self.trace_cb then jit.attach(self.trace_cb) self.trace_cb = nil end
   if self.bc_cb then jit.attach(self.bc_cb) self.bc_cb = nil end
   if self.reg and self.reg.perfmap then self.reg.perfmap:close() self.reg.perfmap = nil end

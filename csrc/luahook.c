@@ -1,0 +1,410 @@
+/*
+ * luahook.c - Lua stacks for perf_event.profile on PUC Lua (5.1 to 5.4).
+ *
+ * The perf_event decides when a sample is taken; this file captures the
+ * Lua stack at the next VM hook point after it.  The hook is a count hook
+ * (LUA_MASKCOUNT) on the calling lua_State, set as described below.  Per
+ * call it only compares the ring's data_head (in the
+ * event's mmap page) with the value it last saw: when the kernel has
+ * written a record since, it walks the stack with lua_getstack and
+ * lua_getinfo("Sl"; "n" for C functions) into a fixed buffer, with the
+ * CLOCK_MONOTONIC time, so that the Lua side pairs each sample with the
+ * first capture taken after it.  The hook allocates nothing: source names
+ * are copied once into a string pool, and a frame is four integers.
+ *
+ * In both modes the event also signals this thread on each sample
+ * (O_ASYNC, F_SETSIG, F_SETOWN_EX), and the handler sets a count hook of
+ * count 1 on the started thread, as lua.c's SIGINT handler does
+ * (lua_sethook is meant to be callable from a signal handler): the capture
+ * is at that thread's next instruction, also after a long C call.  Mode
+ * "signal" sets no other hook, because on Lua 5.4 any hook mask sends
+ * every instruction through luaG_traceexec; the hook removes itself after
+ * the capture.  Mode "count" also keeps a count hook of `count`
+ * instructions set, which coroutines created meanwhile inherit: a sample
+ * taken while one runs is captured there within `count` instructions.
+ *
+ * One hooked profile per process (the state is static).  The event's
+ * userdata and the hooked thread are kept alive by registry references
+ * until luahook_stop, so the mmap page the hook reads cannot be unmapped
+ * under it (a closed event has page == NULL, and the hook checks).
+ * Coroutines created while the hook is set inherit it; after stop, such a
+ * coroutine's hook finds the profile off and removes itself.
+ */
+#define _GNU_SOURCE
+#include "pe_core.h"
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define LH_POOL (64 * 1024)     /* bytes of copied source and C names */
+#define LH_STRS 2048            /* interned strings (power of two) */
+#define LH_STRMAX 240           /* longer sources are cut */
+
+typedef struct lh_frame {
+  int32_t src;                  /* interned index: the source, or the C name */
+  int32_t line;                 /* currentline; -1 for a C function */
+  int32_t ld, lld;              /* linedefined, lastlinedefined (-1: C) */
+} lh_frame;
+
+typedef struct lh_cap {
+  uint64_t time;                /* CLOCK_MONOTONIC ns */
+  uint64_t head;                /* data_head seen */
+  uint32_t n;                   /* frames, innermost first */
+  uint32_t more;                /* 1 when the stack was deeper than depth */
+} lh_cap;
+
+typedef struct lh_str {
+  const void *ptr;              /* the string's address in the Lua state */
+  uint32_t off, len;            /* the copy in pool */
+} lh_str;
+
+static struct {
+  volatile int on;
+  int signal_mode;              /* 1: no hook but the handler's one-shot */
+  int signo, fd;
+  int count;                    /* mode "count": the standing hook's count */
+  volatile int boosted;         /* the handler set count 1 on the started thread */
+  pe_event *ev;                 /* pinned by ev_ref */
+  lua_State *L;                 /* pinned by th_ref */
+  int ev_ref, th_ref;
+  uint64_t last_head;
+  lh_cap *caps;
+  lh_frame *frames;             /* slots * depth */
+  uint32_t slots, depth;
+  uint32_t head, tail;          /* captures written / read */
+  uint32_t dropped;             /* captures lost to a full buffer */
+  uint64_t ncalls;              /* hook calls */
+  uint64_t ns;                  /* time spent capturing */
+  char pool[LH_POOL];
+  uint32_t pool_used;
+  lh_str strs[LH_STRS];         /* index 0: "?" */
+  uint32_t nstrs;
+  uint32_t slot_of[LH_STRS * 2];/* pointer hash -> index + 1 */
+} lh = { .ev_ref = LUA_NOREF, .th_ref = LUA_NOREF };
+
+static uint64_t lh_now(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void lh_strs_reset(void)
+{
+  memset(lh.slot_of, 0, sizeof lh.slot_of);
+  memcpy(lh.pool, "?", 2);
+  lh.pool_used = 2;
+  lh.strs[0].ptr = NULL;
+  lh.strs[0].off = 0;
+  lh.strs[0].len = 1;
+  lh.nstrs = 1;
+}
+
+/* the index of string s (copied on first sight); 0 when the pool is full.
+ * The pointer finds the entry; its copy must still equal s, because a
+ * freed string's address can be reused by another one. */
+static int32_t lh_intern(const char *s)
+{
+  size_t len = strnlen(s, LH_STRMAX);
+  uint32_t h = (uint32_t)(((uintptr_t)s >> 3) * 2654435761u) & (LH_STRS * 2 - 1);
+  for (;;) {
+    uint32_t i = lh.slot_of[h];
+    if (i == 0) break;
+    lh_str *e = &lh.strs[i - 1];
+    if (e->ptr == s) {
+      if (e->len == len && memcmp(lh.pool + e->off, s, len) == 0) return (int32_t)(i - 1);
+      break;                     /* reused address: a new entry below */
+    }
+    h = (h + 1) & (LH_STRS * 2 - 1);
+  }
+  if (lh.nstrs >= LH_STRS || lh.pool_used + len + 1 > LH_POOL) return 0;
+  lh_str *e = &lh.strs[lh.nstrs];
+  e->ptr = s;
+  e->off = lh.pool_used;
+  e->len = (uint32_t)len;
+  memcpy(lh.pool + e->off, s, len);
+  lh.pool[e->off + len] = '\0';
+  lh.pool_used += (uint32_t)len + 1;
+  lh.slot_of[h] = ++lh.nstrs;
+  return (int32_t)(lh.nstrs - 1);
+}
+
+static void lh_capture(lua_State *L, uint64_t head)
+{
+  if (lh.head - lh.tail >= lh.slots) { lh.dropped++; return; }
+  uint32_t slot = lh.head % lh.slots;
+  lh_cap *c = &lh.caps[slot];
+  lh_frame *f = &lh.frames[(size_t)slot * lh.depth];
+  lua_Debug d;
+  uint32_t n = 0;
+  int level = 0;
+  c->time = lh_now();
+  c->head = head;
+  c->more = 0;
+  while (lua_getstack(L, level++, &d)) {
+    if (n == lh.depth) { c->more = 1; break; }
+    if (!lua_getinfo(L, "Sl", &d)) break;
+    if (d.what && d.what[0] == 'C') {
+      lua_getinfo(L, "n", &d);
+      f[n].src = lh_intern(d.name ? d.name : "?");
+      f[n].line = f[n].ld = f[n].lld = -1;
+    } else {
+      f[n].src = lh_intern(d.source ? d.source : "?");
+      f[n].line = d.currentline;
+      f[n].ld = d.linedefined;
+      f[n].lld = d.lastlinedefined;
+    }
+    n++;
+  }
+  c->n = n;
+  lh.head++;
+  lh.ns += lh_now() - c->time;
+}
+
+static void lh_hook(lua_State *L, lua_Debug *ar)
+{
+  (void)ar;
+  if (!lh.on) {                  /* a coroutine that inherited the hook */
+    lua_sethook(L, NULL, 0, 0);
+    return;
+  }
+  lh.ncalls++;
+  /* one shot in mode "signal"; in mode "count", back to the standing
+   * count, after the handler's count 1 (a coroutine created while the
+   * count-1 hook was set inherited it too) */
+  if (lh.signal_mode) lua_sethook(L, NULL, 0, 0);
+  else if (L == lh.L ? lh.boosted : lua_gethookcount(L) != lh.count) {
+    if (L == lh.L) lh.boosted = 0;
+    lua_sethook(L, lh_hook, LUA_MASKCOUNT, lh.count);
+  }
+  pe_event *ev = lh.ev;
+  if (ev->fd < 0 || ev->page == NULL || ev->gen != pe_fork_gen) return;
+  uint64_t head = __atomic_load_n(&ev->page->data_head, __ATOMIC_ACQUIRE);
+  if (head == lh.last_head) return;
+  lh.last_head = head;
+  lh_capture(L, head);
+}
+
+/* a sample was written: capture at the started thread's next instruction */
+static void lh_handler(int sig, siginfo_t *si, void *uc)
+{
+  (void)sig;
+  (void)uc;
+  if (!lh.on || si->si_fd != lh.fd || lh.L == NULL) return;
+  lua_Hook h = lua_gethook(lh.L);
+  if (h != NULL && h != lh_hook) return;   /* the program's own hook stays */
+  lh.boosted = 1;
+  lua_sethook(lh.L, lh_hook, LUA_MASKCOUNT, 1);
+}
+
+/* SIGIO: what the kernel sends instead when it cannot queue the real-time
+ * signal (the user's RLIMIT_SIGPENDING is full); it carries no fd */
+static void lh_sigio(int sig, siginfo_t *si, void *uc)
+{
+  (void)sig;
+  (void)si;
+  (void)uc;
+  if (!lh.on || lh.L == NULL) return;
+  lua_Hook h = lua_gethook(lh.L);
+  if (h != NULL && h != lh_hook) return;
+  lh.boosted = 1;
+  lua_sethook(lh.L, lh_hook, LUA_MASKCOUNT, 1);
+}
+
+static int lh_arm(int fd, int signo)
+{
+  struct sigaction sa, old;
+  struct f_owner_ex own;
+  int fl;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = lh_handler;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(signo, &sa, NULL) < 0) return -1;
+  /* SIGIO's default action ends the process: take it, unless the program
+   * already has a disposition of its own */
+  if (sigaction(SIGIO, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO)
+      && old.sa_handler == SIG_DFL) {
+    sa.sa_sigaction = lh_sigio;
+    sigaction(SIGIO, &sa, NULL);
+  }
+  own.type = F_OWNER_TID;
+  own.pid = pe_current_tid();
+  fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETOWN_EX, &own) < 0 || fcntl(fd, F_SETSIG, signo) < 0
+      || fcntl(fd, F_SETFL, fl | O_ASYNC | O_NONBLOCK) < 0)
+    return -1;
+  return 0;
+}
+
+/* no more signals from the event; the handler stays installed, doing
+ * nothing, so that a signal still queued meets no default action */
+static void lh_disarm(void)
+{
+  int fl;
+  if (lh.ev == NULL || lh.ev->fd < 0) return;
+  fl = fcntl(lh.ev->fd, F_GETFL);
+  if (fl >= 0) fcntl(lh.ev->fd, F_SETFL, fl & ~O_ASYNC);
+}
+
+static void lh_release(lua_State *L)
+{
+  luaL_unref(L, LUA_REGISTRYINDEX, lh.ev_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, lh.th_ref);
+  lh.ev_ref = lh.th_ref = LUA_NOREF;
+  lh.ev = NULL;
+  lh.L = NULL;
+}
+
+/* _private.luahook_start(event, count|"signal", slots, depth) -> true, or
+ * nil, why.  Arms the event's signal (it needs wakeup_events = 1, and a
+ * mmap page: the hook compares its data_head); a count also sets the
+ * standing count hook on the calling thread. */
+static int l_start(lua_State *L)
+{
+  pe_event *ev = pe_check_event(L, 1);
+  int sigmode = lua_type(L, 2) == LUA_TSTRING;
+  lua_Integer count = sigmode ? 1 : luaL_checkinteger(L, 2);
+  if (sigmode) luaL_argcheck(L, strcmp(lua_tostring(L, 2), "signal") == 0, 2, "a count or \"signal\"");
+  lua_Integer slots = luaL_optinteger(L, 3, 8192);
+  lua_Integer depth = luaL_optinteger(L, 4, 64);
+  luaL_argcheck(L, count >= 1 && count <= 1000000000, 2, "count must be 1..1e9");
+  luaL_argcheck(L, slots >= 16 && slots <= 1 << 20, 3, "slots must be 16..2^20");
+  luaL_argcheck(L, depth >= 1 && depth <= 1024, 4, "depth must be 1..1024");
+  if (lh.on) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "another profile's hook is set in this process");
+    return 2;
+  }
+  if (lua_gethook(L) != NULL) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "a debug hook is already set on this thread");
+    return 2;
+  }
+  if (ev->page == NULL) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "the event has no mmap page");
+    return 2;
+  }
+  free(lh.caps);
+  free(lh.frames);
+  lh.caps = calloc((size_t)slots, sizeof(lh_cap));
+  lh.frames = calloc((size_t)slots * (size_t)depth, sizeof(lh_frame));
+  if (!lh.caps || !lh.frames) {
+    free(lh.caps);
+    free(lh.frames);
+    lh.caps = NULL;
+    lh.frames = NULL;
+    lua_pushnil(L);
+    lua_pushliteral(L, "out of memory for the capture buffer");
+    return 2;
+  }
+  lh.slots = (uint32_t)slots;
+  lh.depth = (uint32_t)depth;
+  lh.head = lh.tail = lh.dropped = 0;
+  lh.ncalls = lh.ns = 0;
+  lh_strs_reset();
+  lua_pushvalue(L, 1);
+  lh.ev_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushthread(L);
+  lh.th_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lh.ev = ev;
+  lh.L = L;
+  lh.last_head = __atomic_load_n(&ev->page->data_head, __ATOMIC_ACQUIRE);
+  lh.signal_mode = sigmode;
+  lh.count = (int)count;
+  lh.boosted = 0;
+  lh.fd = ev->fd;
+  lh.signo = SIGRTMIN + 4;
+  if (lh_arm(ev->fd, lh.signo) < 0) {
+    int err = errno;
+    lh_release(L);
+    return pe_push_syserror(L, "luahook_start", "profile", err, NULL);
+  }
+  lh.on = 1;
+  if (!sigmode) lua_sethook(L, lh_hook, LUA_MASKCOUNT, (int)count);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* _private.luahook_stop() -> true if a hook was removed.  The started
+ * thread's hook goes now; inherited ones remove themselves when they next
+ * fire.  The capture buffer stays for the last luahook_read. */
+static int l_stop(lua_State *L)
+{
+  if (!lh.on) { lua_pushboolean(L, 0); return 1; }
+  lh_disarm();
+  lh.on = 0;
+  if (lh.L && lua_gethook(lh.L) == lh_hook) lua_sethook(lh.L, NULL, 0, 0);
+  if (lua_gethook(L) == lh_hook) lua_sethook(L, NULL, 0, 0);
+  lh_release(L);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* _private.luahook_read() -> caps, strings, dropped, hook calls, vm module,
+ * ns spent capturing.
+ * caps: array of {time = ns, more = bool, f = {src, line, ld, lld, ...}}
+ * (four integers a frame, innermost first; src indexes strings, 1-based;
+ * ld == -1 marks a C function, src its name).  Takes the captures out;
+ * after luahook_stop, also frees the buffer. */
+static int l_read(lua_State *L)
+{
+  lua_createtable(L, (int)(lh.head - lh.tail), 0);
+  int k = 1;
+  for (; lh.caps && lh.tail != lh.head; lh.tail++) {
+    uint32_t slot = lh.tail % lh.slots;
+    lh_cap *c = &lh.caps[slot];
+    lh_frame *f = &lh.frames[(size_t)slot * lh.depth];
+    lua_createtable(L, 0, 3);
+    pe_push_u64(L, c->time);
+    lua_setfield(L, -2, "time");
+    lua_pushboolean(L, c->more);
+    lua_setfield(L, -2, "more");
+    lua_createtable(L, (int)c->n * 4, 0);
+    for (uint32_t i = 0; i < c->n; i++) {
+      lua_pushinteger(L, f[i].src + 1);
+      lua_rawseti(L, -2, (int)i * 4 + 1);
+      lua_pushinteger(L, f[i].line);
+      lua_rawseti(L, -2, (int)i * 4 + 2);
+      lua_pushinteger(L, f[i].ld);
+      lua_rawseti(L, -2, (int)i * 4 + 3);
+      lua_pushinteger(L, f[i].lld);
+      lua_rawseti(L, -2, (int)i * 4 + 4);
+    }
+    lua_setfield(L, -2, "f");
+    lua_rawseti(L, -2, k++);
+  }
+  lua_createtable(L, (int)lh.nstrs, 0);
+  for (uint32_t i = 0; i < lh.nstrs; i++) {
+    lua_pushlstring(L, lh.pool + lh.strs[i].off, lh.strs[i].len);
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  if (!lh.on) {                  /* stopped and now read: the buffer goes */
+    free(lh.caps);
+    free(lh.frames);
+    lh.caps = NULL;
+    lh.frames = NULL;
+  }
+  lua_pushinteger(L, lh.dropped);
+  pe_push_u64(L, lh.ncalls);
+  Dl_info di;
+  if (dladdr((void *)(uintptr_t)lua_gettop, &di) && di.dli_fname) lua_pushstring(L, di.dli_fname);
+  else lua_pushnil(L);
+  pe_push_u64(L, lh.ns);
+  return 6;
+}
+
+/* the three functions go to core._private (profile.lua's hook mode) */
+void pe_open_luahook(lua_State *L)
+{
+  static const luaL_Reg fns[] = {
+    {"luahook_start", l_start}, {"luahook_stop", l_stop}, {"luahook_read", l_read}, {NULL, NULL}
+  };
+  pe_push_private(L, lua_gettop(L));
+  pe_setfuncs(L, fns);
+  lua_pop(L, 1);
+}
