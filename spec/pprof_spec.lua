@@ -64,7 +64,8 @@ local function raw(path)
       if id then
         local m, after = rest:match("^M=(%d+) (.*)$")
         if m then rest = after end
-        local name, file, ln, start = rest:match("^(%S+) (%S*):(%d+) s=(%d+)")
+        -- a name may hold spaces (PUC Lua names a C function "for iterator")
+        local name, file, ln, start = rest:match("^(.-) (%S*):(%d+) s=(%d+)")
         r.locs[tonumber(id)] = { addr = addr, mapping = tonumber(m), name = name, file = file,
                                  line = tonumber(ln), start = tonumber(start) }
       end
@@ -308,9 +309,8 @@ describe("pprof.from_profile of profile_work.lua's pe.profile", function()
     end
   end)
 
-  it("-top and -raw show the hot Lua functions with their file and lines (LuaJIT)", function()
+  it("-top and -raw show the hot Lua functions with their file and lines", function()
     need_go()
-    U.need(jit ~= nil, "Lua frames need LuaJIT: PUC Lua's profile has C frames only (p.mode 'c')")
     local w = run_work()
     local r = raw(w.dir .. "/auto.pb.gz")
     local want = ranges(WORK)
@@ -321,8 +321,12 @@ describe("pprof.from_profile of profile_work.lua's pe.profile", function()
         local leaf = key:match("([^;]+)$")
         if leaf:match("^" .. fn .. "@") then n = n + c end
       end
-      assert.truthy(n > 0, fn .. " has no sample: " .. w.out)
-      assert.equal(n, flat[fn], fn)
+      -- PUC Lua's hook mode puts the interpreter's C leaf under the Lua
+      -- frame: flat counts are the leaves' there
+      if jit then
+        assert.truthy(n > 0, fn .. " has no sample: " .. w.out)
+        assert.equal(n, flat[fn], fn)
+      end
       for _, l in pairs(r.locs) do
         if l.name == fn then
           assert.equal(WORK, l.file)
@@ -350,8 +354,9 @@ describe("pprof.from_profile of profile_work.lua's pe.profile", function()
         checked = checked + 1
       end
     end
-    -- on PUC Lua every sample is a C frame of the interpreter or libc
-    if not jit then assert.truthy(checked > 0, r.text) end
+    -- LuaJIT's samples in its VM are C frames with an address; PUC Lua's
+    -- hook mode drops the interpreter's own frames under the Lua ones
+    if jit then assert.truthy(checked > 0, r.text) end
   end)
 end)
 
