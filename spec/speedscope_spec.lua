@@ -65,12 +65,15 @@ local function summary(json_path)
     .. "[print(\"leaf\", fr[s[-1]][\"name\"], w) for s,w in zip(p[\"samples\"], p[\"weights\"]) if s]' %s 2>&1")
     :format(json_path))
   local r = { frames = {}, leaf = {}, text = out }
-  local total, n, typ, endv = out:match("total (%d+) (%d+) (%S+) (%d+)")
+  -- each line read from its start: a frame named "Profile:_leaf" must not
+  -- read as a "leaf" line
+  out = "\n" .. out
+  local total, n, typ, endv = out:match("\ntotal (%d+) (%d+) (%S+) (%d+)")
   r.total, r.nframes, r.type, r.endValue = tonumber(total), tonumber(n), typ, tonumber(endv)
-  for name, file, line in out:gmatch("frame (%S+) (%S*) (%d+)") do
+  for name, file, line in out:gmatch("\nframe (%S+) (%S*) (%d+)") do
     r.frames[#r.frames + 1] = { name = name, file = file, line = tonumber(line) }
   end
-  for name, w in out:gmatch("leaf (%S+) (%d+)") do r.leaf[name] = (r.leaf[name] or 0) + tonumber(w) end
+  for name, w in out:gmatch("\nleaf (%S+) (%d+)") do r.leaf[name] = (r.leaf[name] or 0) + tonumber(w) end
   return r
 end
 
