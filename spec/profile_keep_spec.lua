@@ -105,7 +105,9 @@ describe("pe.profile aggregated mode (keep=false)", function()
     end
     p:stop()
     local grown, n = mem[2] - mem[1], n_at[2] - n_at[1]
-    if os.getenv("PE_VERBOSE") then print(("soak: +%.1f KiB over %d samples, %d stacks"):format(grown, n, p.nstacks)) end
+    if os.getenv("PE_VERBOSE") then
+      print(("soak: +%.1f KiB over %d samples, %d stacks"):format(grown, n, p.nstacks))
+    end
     -- kept, each sample would be a table of frames (over 100 bytes)
     assert.is_true(n >= 1000, "only " .. n .. " samples in the soak")
     assert.is_true(grown < 96, ("the state grew by %.1f KiB over %d samples"):format(grown, n))

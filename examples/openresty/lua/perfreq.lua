@@ -2,8 +2,11 @@
 --  (1) per-request counters: task-clock, page-faults and context-switches of
 --      the worker while it handled the request, logged in log_by_lua;
 --  (2) an endpoint that samples the worker for N seconds and answers with
---      folded stacks (flame-graph input), symbolized in the worker itself;
---  (3) an always-on sampler drained by a timer (for the overhead bench).
+--      folded stacks (flame-graph input), resolved in the worker itself:
+--      Lua frames as function@chunk:line (pe.profile), C leaves by symbol;
+--  (3) an always-on sampler drained by a timer: Lua-level (pe.profile in
+--      its aggregated mode, memory bounded by the distinct stacks) or
+--      C addresses only.
 -- Workers run unprivileged: everything here is self-monitoring of the
 -- worker (pid 0), which perf_event_paranoid=2 allows for user space; the
 -- binding adds exclude_kernel itself when the kernel asks for it.
@@ -13,9 +16,12 @@
 --   access_by_lua_block      { require("perfreq").start() }   (optional)
 --   log_by_lua_block         { require("perfreq").log() }
 --   location = /perf/profile { content_by_lua_block { require("perfreq").profile() } }
+--   location = /perf/sampler { content_by_lua_block { require("perfreq").sampler_switch() } }
+--   location = /perf/always  { content_by_lua_block { require("perfreq").always() } }
 local ngx = ngx  -- luacheck: read globals ngx
 local pe = require("perf_event")
 local symbols = require("perf_event.symbols")
+local profile = require("perf_event.profile")
 
 local M = {}
 
@@ -28,6 +34,7 @@ local totals = { requests = 0, task_clock_ns = 0, page_faults = 0, context_switc
 function M.init()
   require("perf_event.core")
   require("perf_event.stat")
+  require("perf_event.profile")
 end
 
 --- In init_worker_by_lua: opens the per-request counters of this worker.
@@ -130,20 +137,100 @@ local function fold(counts, sym, rec)
   counts[key] = (counts[key] or 0) + 1
 end
 
+-- a pe.profile's stacks into counts, under the root "nginx"
+local function fold_profile(counts, p, sign)
+  for _, e in ipairs(p:aggregate()) do
+    local key = "nginx;" .. e.key
+    counts[key] = (counts[key] or 0) + e.count * (sign or 1)
+  end
+end
+
 local function say_folded(counts)
   local keys = {}
-  for k in pairs(counts) do keys[#keys + 1] = k end
-  table.sort(keys)
+  for k, n in pairs(counts) do if n > 0 then keys[#keys + 1] = k end end
+  table.sort(keys, function(a, b)
+    if counts[a] ~= counts[b] then return counts[a] > counts[b] end
+    return a < b
+  end)
   local out = {}
   for i, k in ipairs(keys) do out[i] = k .. " " .. counts[k] end
   ngx.header.content_type = "text/plain"
   if #out > 0 then ngx.print(table.concat(out, "\n"), "\n") end
 end
 
+-- sleeps until `deadline` (ngx.now() seconds) in steps of at most 0.1 s,
+-- calling each() after every step: the worker keeps serving meanwhile.
+-- ngx.now() is nginx's cached clock: refresh it, and never sleep(0) (a busy
+-- loop that floods the error log with "sleep(0) called without delayed
+-- events patch")
+local function sleep_until(deadline, each)
+  repeat
+    ngx.sleep(math.max(0.001, math.min(0.1, deadline - ngx.now())))
+    ngx.update_time()
+    each()
+  until ngx.now() >= deadline
+end
+
+local always_lua          -- the always-on Lua-level profile (see start_sampler)
+
+-- C-only: callchains of C frames (JIT-compiled Lua shows as [unknown])
+local function profile_c(seconds, hz)
+  local ev, err = sampler(hz)
+  if not ev then return nil, err end
+  local sym = symbols.new()
+  sym:load_maps("self")
+  local counts = {}
+  local function drain()
+    for rec in ev:records() do
+      if rec.type == "sample" then fold(counts, sym, rec) end
+    end
+  end
+  ngx.update_time()
+  sleep_until(ngx.now() + seconds, drain)
+  ev:disable()
+  drain()
+  local lost = ev:lost()
+  ev:close()
+  if tonumber(lost) and tonumber(lost) > 0 then ngx.log(ngx.WARN, "perfreq: ", lost, " records lost") end
+  return counts
+end
+
+-- Lua-level: pe.profile on this worker (aggregated: memory bounded by the
+-- distinct stacks, whatever the duration)
+local function profile_lua(seconds, hz)
+  local counts = {}
+  if always_lua and always_lua.running then
+    -- one profile per process walks the Lua stacks at sample time: the
+    -- always-on one is running, so answer what it gains meanwhile
+    local p = always_lua
+    p:drain()
+    fold_profile(counts, p, -1)
+    ngx.update_time()
+    sleep_until(ngx.now() + seconds, function() end)
+    p:drain()
+    fold_profile(counts, p, 1)
+    return counts
+  end
+  local p, err = profile.start({ freq = hz, keep = false })
+  if not p then return nil, err end
+  ngx.update_time()
+  sleep_until(ngx.now() + seconds, function() p:drain() end)
+  p:stop()
+  if p.mode ~= "full" or not p.stacks then
+    ngx.log(ngx.INFO, "perfreq: profile mode ", p.mode, ": ", p.reason or p.stacks_reason or "leaf frames only")
+  end
+  if p.lost > 0 then ngx.log(ngx.WARN, "perfreq: ", p.lost, " samples lost") end
+  fold_profile(counts, p)
+  return counts
+end
+
 --- Content handler: samples this worker for ?seconds=N (default 1, max 30)
 -- at ?hz=F (default 999) while it keeps serving, then answers with folded
--- stacks.  JIT-compiled Lua shows as [unknown]; C frames are named from
--- the ELF symbols of nginx and its libraries.
+-- stacks, most samples first.  By default (pe.profile) Lua frames are
+-- `function@chunk:line`, JIT-compiled code is attributed to its trace's
+-- function and line, C leaves are named from the ELF symbols of nginx and
+-- its libraries.  `?mode=c` gives C callchains only (Lua shows as
+-- [unknown]).
 function M.profile()
   local seconds = math.min(tonumber(ngx.var.arg_seconds) or 1, 30)
   local hz = math.min(tonumber(ngx.var.arg_hz) or 999, 10000)
@@ -152,36 +239,15 @@ function M.profile()
     ngx.say("perfreq: a profile is already running in this worker")
     return
   end
-  local ev, err = sampler(hz)
-  if not ev then
+  busy = true
+  local ok, counts, err = pcall(ngx.var.arg_mode == "c" and profile_c or profile_lua, seconds, hz)
+  busy = false
+  if not ok then error(counts, 0) end
+  if not counts then
     ngx.status = 500
     ngx.say("perfreq: cannot sample: ", err)
     return
   end
-  busy = true
-  local sym = symbols.new()
-  sym:load_maps("self")
-  local counts = {}
-  ngx.update_time()
-  local deadline = ngx.now() + seconds
-  -- drain while sleeping so the ring never fills.  ngx.now() is nginx's
-  -- cached clock: refresh it, and never sleep(0) (a busy loop that floods
-  -- the error log with "sleep(0) called without delayed events patch")
-  repeat
-    ngx.sleep(math.max(0.001, math.min(0.1, deadline - ngx.now())))
-    ngx.update_time()
-    for rec in ev:records() do
-      if rec.type == "sample" then fold(counts, sym, rec) end
-    end
-  until ngx.now() >= deadline
-  ev:disable()
-  for rec in ev:records() do
-    if rec.type == "sample" then fold(counts, sym, rec) end
-  end
-  local lost = ev:lost()
-  ev:close()
-  busy = false
-  if tonumber(lost) and tonumber(lost) > 0 then ngx.log(ngx.WARN, "perfreq: ", lost, " records lost") end
   say_folded(counts)
 end
 
@@ -189,26 +255,49 @@ end
 
 local always, always_counts = nil, {}
 local always_rec = {}      -- reused by records(t): no table per sample
+local drain_timer = false  -- the ngx.timer.every of this worker, once made
 
--- drains the ring, then re-arms itself until stop_sampler() (or another
--- start_sampler) replaces the event it was started for
-local function drain_always(premature, ev, interval)
-  if always ~= ev then return end
-  for rec in ev:records(always_rec) do
-    if rec.type == "sample" then
-      local ip = rec.ip
-      always_counts[ip] = (always_counts[ip] or 0) + 1
+-- the timer's work: reads the C sampler's ring (counting addresses) or
+-- drains the Lua-level profile (resolving and folding its samples)
+local function drain_always()
+  local ev = always
+  if ev then
+    for rec in ev:records(always_rec) do
+      if rec.type == "sample" then
+        local ip = rec.ip
+        always_counts[ip] = (always_counts[ip] or 0) + 1
+      end
     end
   end
-  if not premature then ngx.timer.at(interval, drain_always, ev, interval) end
+  local p = always_lua
+  if p and p.running then p:drain() end
 end
 
 --- In init_worker_by_lua (or any time): samples the worker all the time
--- at `hz` (default 1000) and drains the ring every `interval` seconds
--- (default 0.1) from a timer, counting samples by address (cheap: only the
--- ip is recorded); /perf/always symbolizes on demand.
-function M.start_sampler(hz, interval)
+-- at `hz` (default 1000).  A timer drains it every `interval` seconds
+-- (default 0.1, fixed by the first call in a worker).  `lua = true` runs
+-- pe.profile in its aggregated mode (keep=false): every sample becomes
+-- a Lua-level stack, folded into per-stack counts, so memory grows with the
+-- distinct stacks only.  Otherwise only the ip is recorded and counted by
+-- address; /perf/always symbolizes on demand.
+function M.start_sampler(hz, interval, lua)
   M.stop_sampler()
+  if not drain_timer then
+    local ok, err = ngx.timer.every(interval or 0.1, drain_always)
+    if not ok then return nil, err end
+    drain_timer = true
+  end
+  if lua then
+    -- 128 KiB: an unprivileged worker's mlock budget (perf_event_mlock_kb)
+    -- is shared with /perf/profile; 0.3 s of samples at 1 kHz
+    local p, err = profile.start({ freq = hz or 1000, keep = false, pages = 32 })
+    if not p then
+      ngx.log(ngx.ERR, "perfreq: Lua sampler unavailable: ", err)
+      return nil, err
+    end
+    always_lua = p
+    return true
+  end
   local ev, err = pe.open({ type = "software", config = 0, name = "cpu-clock", freq = true,
                             sample_freq = hz or 1000, sample_type = "ip" }, { pages = 16 })
   if not ev then
@@ -216,43 +305,59 @@ function M.start_sampler(hz, interval)
     return nil, err
   end
   always = ev
-  interval = interval or 0.1
-  ngx.timer.at(interval, drain_always, ev, interval)
   return true
 end
 
 --- Stops the always-on sampler (its counts are kept).
 function M.stop_sampler()
   local ev = always
-  if not ev then return end
-  drain_always(true, ev)
-  always = nil
-  ev:close()
+  if ev then
+    drain_always()
+    always = nil
+    ev:close()
+  end
+  if always_lua and always_lua.running then always_lua:stop() end
 end
 
---- Content handler: `?on=1` starts the always-on sampler in this worker,
--- `?on=0` stops it; answers "sampler on" or "sampler off".
+--- Content handler: `?on=1` starts the always-on sampler in this worker
+-- (`&hz=F`, default 1000; `&lua=1` for Lua-level stacks), `?on=0` stops it;
+-- answers "sampler on" or "sampler off".
 function M.sampler_switch()
   ngx.header.content_type = "text/plain"
   if ngx.var.arg_on == "1" then
-    local ok, err = M.start_sampler(tonumber(ngx.var.arg_hz) or 1000)
+    local ok, err = M.start_sampler(tonumber(ngx.var.arg_hz) or 1000, nil, ngx.var.arg_lua == "1")
     if not ok then ngx.status = 500; ngx.say("perfreq: ", err); return end
   else
     M.stop_sampler()
   end
-  ngx.say(always and "sampler on" or "sampler off")
+  ngx.say((always or (always_lua and always_lua.running)) and "sampler on" or "sampler off")
 end
 
---- Content handler: the always-on sampler's counts, by function.
+--- Content handler: the always-on samplers' counts as folded stacks: the
+-- Lua-level one's stacks, and the C one's by function.  `?reset=1` clears
+-- the Lua-level counts once read.
 function M.always()
-  local sym = symbols.new()
-  sym:load_maps("self")
   local counts = {}
-  for ip, n in pairs(always_counts) do
-    local key = "nginx;" .. sym:name(ip)
-    counts[key] = (counts[key] or 0) + n
+  if always_lua then
+    if always_lua.running then always_lua:drain() end
+    fold_profile(counts, always_lua)
+    if ngx.var.arg_reset == "1" then always_lua:reset() end
+  end
+  if next(always_counts) then
+    local sym = symbols.new()
+    sym:load_maps("self")
+    for ip, n in pairs(always_counts) do
+      local key = "nginx;" .. sym:name(ip)
+      counts[key] = (counts[key] or 0) + n
+    end
   end
   say_folded(counts)
+end
+
+--- The always-on Lua-level profile of this worker, or nil (for a handler
+-- that exports it differently: p:aggregate(), p:top()).
+function M.lua_profile()
+  return always_lua
 end
 
 return M
