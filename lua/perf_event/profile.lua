@@ -715,6 +715,7 @@ function Profile:drain()
   -- reading /proc/self/maps costs ~0.5 ms: an always-on (keep=false)
   -- profile drained often rereads it every 10 s only
   if not t_drain or not self.maps_t or t_drain - self.maps_t > 1e10 then
+    if t_drain then self.sym = self:_memo_sym() end
     self.sym:load_maps("self")
     self.maps_t = t_drain or nil
   end
@@ -799,6 +800,27 @@ function Profile:_count(frames)
   local e = self.counts[k]
   if e then e.count = e.count + 1
   else self.counts[k] = { frames = frames, count = 1 }; self.nstacks = self.nstacks + 1 end
+end
+
+-- an aggregated profile sees the same C addresses again and again (a
+-- lookup costs 3-6 us): its symbols answer through a bounded memo, made
+-- anew when the maps are reread
+function Profile:_memo_sym()
+  local raw = self.sym_raw or self.sym
+  self.sym_raw = raw
+  local memo, n = {}, 0
+  return {
+    load_maps = function(_, pid) return raw:load_maps(pid) end,
+    lookup = function(_, ip, pid)
+      local e = memo[ip]
+      if not e then
+        if n >= 4096 then memo, n = {}, 0 end
+        e = { raw:lookup(ip, pid) }
+        memo[ip], n = e, n + 1
+      end
+      return e[1], e[2], e[3]
+    end,
+  }
 end
 
 -- a trace closed by a flush before this drain began matches no sample

@@ -256,6 +256,7 @@ end
 local always, always_counts = nil, {}
 local always_rec = {}      -- reused by records(t): no table per sample
 local drain_timer = false  -- the ngx.timer.every of this worker, once made
+local drain_cpu = 0        -- CPU seconds (os.clock) spent draining always_lua
 
 -- the timer's work: reads the C sampler's ring (counting addresses) or
 -- drains the Lua-level profile (resolving and folding its samples)
@@ -270,7 +271,11 @@ local function drain_always()
     end
   end
   local p = always_lua
-  if p and p.running then p:drain() end
+  if p and p.running then
+    local t0 = os.clock()
+    p:drain()
+    drain_cpu = drain_cpu + (os.clock() - t0)
+  end
 end
 
 --- In init_worker_by_lua (or any time): samples the worker all the time
@@ -280,7 +285,7 @@ end
 -- a Lua-level stack, folded into per-stack counts, so memory grows with the
 -- distinct stacks only.  Otherwise only the ip is recorded and counted by
 -- address; /perf/always symbolizes on demand.
-function M.start_sampler(hz, interval, lua)
+function M.start_sampler(hz, interval, lua, popts)
   M.stop_sampler()
   if not drain_timer then
     local ok, err = ngx.timer.every(interval or 0.1, drain_always)
@@ -290,12 +295,14 @@ function M.start_sampler(hz, interval, lua)
   if lua then
     -- 128 KiB: an unprivileged worker's mlock budget (perf_event_mlock_kb)
     -- is shared with /perf/profile; 0.3 s of samples at 1 kHz
-    local p, err = profile.start({ freq = hz or 1000, keep = false, pages = 32 })
+    local o = { freq = hz or 1000, keep = false, pages = 32 }
+    for k, v in pairs(popts or {}) do o[k] = v end
+    local p, err = profile.start(o)
     if not p then
       ngx.log(ngx.ERR, "perfreq: Lua sampler unavailable: ", err)
       return nil, err
     end
-    always_lua = p
+    always_lua, drain_cpu = p, 0
     return true
   end
   local ev, err = pe.open({ type = "software", config = 0, name = "cpu-clock", freq = true,
@@ -325,7 +332,8 @@ end
 function M.sampler_switch()
   ngx.header.content_type = "text/plain"
   if ngx.var.arg_on == "1" then
-    local ok, err = M.start_sampler(tonumber(ngx.var.arg_hz) or 1000, nil, ngx.var.arg_lua == "1")
+    local popts = { stack = tonumber(ngx.var.arg_stack), stacks = ngx.var.arg_stacks ~= "0" }
+    local ok, err = M.start_sampler(tonumber(ngx.var.arg_hz) or 1000, nil, ngx.var.arg_lua == "1", popts)
     if not ok then ngx.status = 500; ngx.say("perfreq: ", err); return end
   else
     M.stop_sampler()
@@ -337,6 +345,7 @@ end
 -- Lua-level one's stacks, and the C one's by function.  `?reset=1` clears
 -- the Lua-level counts once read.
 function M.always()
+  if ngx.var.arg_stats == "1" then return M.sampler_stats() end
   local counts = {}
   if always_lua then
     if always_lua.running then always_lua:drain() end
@@ -352,6 +361,25 @@ function M.always()
     end
   end
   say_folded(counts)
+end
+
+--- Content handler (/perf/always?stats=1): what the always-on Lua-level
+-- profile cost: samples, CPU time of the timer's drains (resolution and
+-- folding) and of the signal-time stack walks, per sample; its distinct
+-- stacks; the Lua heap of the worker.
+function M.sampler_stats()
+  ngx.header.content_type = "text/plain"
+  local p = always_lua
+  if not p then ngx.say("no Lua sampler") return end
+  if p.running then
+    local t0 = os.clock()
+    p:drain()
+    drain_cpu = drain_cpu + (os.clock() - t0)
+  end
+  local n = math.max(p.nsamples, 1)
+  ngx.say(string.format("samples %d lost %d stacks %d drain_us_per_sample %.2f walk_us_per_sample %.2f lua_heap_kb %d",
+                        p.nsamples, p.lost, p.nstacks or 0, drain_cpu * 1e6 / n,
+                        (p.walk_ns or 0) / 1e3 / n, collectgarbage("count")))
 end
 
 --- The always-on Lua-level profile of this worker, or nil (for a handler
