@@ -172,6 +172,7 @@ local function sleep_until(deadline, each)
 end
 
 local always_lua          -- the always-on Lua-level profile (see start_sampler)
+local lua_on = false      -- it is sampling (false: paused, or none)
 
 -- C-only: callchains of C frames (JIT-compiled Lua shows as [unknown])
 local function profile_c(seconds, hz)
@@ -201,12 +202,15 @@ local function profile_lua(seconds, hz)
   local counts = {}
   if always_lua and always_lua.running then
     -- one profile per process walks the Lua stacks at sample time: the
-    -- always-on one is running, so answer what it gains meanwhile
-    local p = always_lua
+    -- always-on one holds it, so answer what it gains meanwhile (sampling
+    -- for the window if it was paused)
+    local p, paused = always_lua, not lua_on
     p:drain()
     fold_profile(counts, p, -1)
+    if paused then p.ev:enable() end
     ngx.update_time()
     sleep_until(ngx.now() + seconds, function() end)
+    if paused then p.ev:disable() end
     p:drain()
     fold_profile(counts, p, 1)
     return counts
@@ -271,7 +275,7 @@ local function drain_always()
     end
   end
   local p = always_lua
-  if p and p.running then
+  if p and lua_on then
     local t0 = os.clock()
     p:drain()
     drain_cpu = drain_cpu + (os.clock() - t0)
@@ -283,8 +287,11 @@ end
 -- (default 0.1, fixed by the first call in a worker).  `lua = true` runs
 -- pe.profile in its aggregated mode (keep=false): every sample becomes
 -- a Lua-level stack, folded into per-stack counts, so memory grows with the
--- distinct stacks only.  Otherwise only the ip is recorded and counted by
--- address; /perf/always symbolizes on demand.
+-- distinct stacks only; switched off, it is paused (its event disabled)
+-- and switched on again with the same options, it resumes: no new start,
+-- so no self-test, JIT flush or registry walk again.  `popts` are more
+-- pe.profile.start options (`stack`, `stacks`).  Otherwise only the ip is
+-- recorded and counted by address; /perf/always symbolizes on demand.
 function M.start_sampler(hz, interval, lua, popts)
   M.stop_sampler()
   if not drain_timer then
@@ -296,13 +303,26 @@ function M.start_sampler(hz, interval, lua, popts)
     -- 128 KiB: an unprivileged worker's mlock budget (perf_event_mlock_kb)
     -- is shared with /perf/profile; 0.3 s of samples at 1 kHz
     local o = { freq = hz or 1000, keep = false, pages = 32 }
-    for k, v in pairs(popts or {}) do o[k] = v end
-    local p, err = profile.start(o)
-    if not p then
-      ngx.log(ngx.ERR, "perfreq: Lua sampler unavailable: ", err)
-      return nil, err
+    local conf = { "freq=" .. o.freq }
+    for k, v in pairs(popts or {}) do o[k] = v; conf[#conf + 1] = k .. "=" .. tostring(v) end
+    table.sort(conf)
+    conf = table.concat(conf, " ")
+    local p = always_lua
+    if p and p.running and p.conf == conf then
+      local ok, err = p.ev:enable()   -- resume
+      if not ok then return nil, err end
+    else
+      if p then p:stop() end
+      local err
+      p, err = profile.start(o)
+      if not p then
+        ngx.log(ngx.ERR, "perfreq: Lua sampler unavailable: ", err)
+        return nil, err
+      end
+      p.conf = conf
+      always_lua, drain_cpu = p, 0
     end
-    always_lua, drain_cpu = p, 0
+    lua_on = true
     return true
   end
   local ev, err = pe.open({ type = "software", config = 0, name = "cpu-clock", freq = true,
@@ -315,20 +335,29 @@ function M.start_sampler(hz, interval, lua, popts)
   return true
 end
 
---- Stops the always-on sampler (its counts are kept).
-function M.stop_sampler()
+--- Stops the always-on sampler (its counts are kept): closes the C one,
+-- pauses the Lua-level one, or stops it for good when `close` is true.
+function M.stop_sampler(close)
   local ev = always
   if ev then
     drain_always()
     always = nil
     ev:close()
   end
-  if always_lua and always_lua.running then always_lua:stop() end
+  local p = always_lua
+  if p and lua_on then
+    p.ev:disable()
+    drain_always()
+    lua_on = false
+  end
+  if close and p then p:stop() end
 end
 
 --- Content handler: `?on=1` starts the always-on sampler in this worker
--- (`&hz=F`, default 1000; `&lua=1` for Lua-level stacks), `?on=0` stops it;
--- answers "sampler on" or "sampler off".
+-- (`&hz=F`, default 1000; `&lua=1` for Lua-level stacks, `&stacks=0` for
+-- their leaves only, `&stack=N` bytes of stack scanned), `?on=0` stops it
+-- (`&close=1`: the Lua-level one for good, not paused); answers "sampler
+-- on" or "sampler off".
 function M.sampler_switch()
   ngx.header.content_type = "text/plain"
   if ngx.var.arg_on == "1" then
@@ -336,9 +365,9 @@ function M.sampler_switch()
     local ok, err = M.start_sampler(tonumber(ngx.var.arg_hz) or 1000, nil, ngx.var.arg_lua == "1", popts)
     if not ok then ngx.status = 500; ngx.say("perfreq: ", err); return end
   else
-    M.stop_sampler()
+    M.stop_sampler(ngx.var.arg_close == "1")
   end
-  ngx.say((always or (always_lua and always_lua.running)) and "sampler on" or "sampler off")
+  ngx.say((always or lua_on) and "sampler on" or "sampler off")
 end
 
 --- Content handler: the always-on samplers' counts as folded stacks: the
