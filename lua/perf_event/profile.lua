@@ -310,7 +310,16 @@ function Reg:trace_event(what, tr, func, pc)
       local old = self.live[tr]
       if old then old.t1 = e.t0; self.dead[#self.dead + 1] = old end
       self.live[tr] = e
-      self.tsorted = nil
+      -- kept sorted as traces come (re-sorting per trace costs ~0.4 ms with
+      -- hundreds of traces, as in an nginx worker)
+      local ts = self.tsorted
+      if ts and not old then
+        local at = #ts + 1
+        for i = #ts, 1, -1 do if ts[i].lo > e.lo then at = i else break end end
+        table.insert(ts, at, e)
+      else
+        self.tsorted = nil
+      end
     end
   elseif what == "abort" then
     self.pending[tr] = nil

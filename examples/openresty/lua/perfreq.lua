@@ -261,6 +261,7 @@ local always, always_counts = nil, {}
 local always_rec = {}      -- reused by records(t): no table per sample
 local drain_timer = false  -- the ngx.timer.every of this worker, once made
 local drain_cpu = 0        -- CPU seconds (os.clock) spent draining always_lua
+local drains = 0          -- how many drains that took
 
 -- the timer's work: reads the C sampler's ring (counting addresses) or
 -- drains the Lua-level profile (resolving and folding its samples)
@@ -279,6 +280,7 @@ local function drain_always()
     local t0 = os.clock()
     p:drain()
     drain_cpu = drain_cpu + (os.clock() - t0)
+    drains = drains + 1
   end
 end
 
@@ -289,7 +291,7 @@ end
 -- a Lua-level stack, folded into per-stack counts, so memory grows with the
 -- distinct stacks only; switched off, it is paused (its event disabled)
 -- and switched on again with the same options, it resumes: no new start,
--- so no self-test, JIT flush or registry walk again.  `popts` are more
+-- so no self-test, JIT flush or registry walk again (`hz` may differ).  `popts` are more
 -- pe.profile.start options (`stack`, `stacks`).  Otherwise only the ip is
 -- recorded and counted by address; /perf/always symbolizes on demand.
 function M.start_sampler(hz, interval, lua, popts)
@@ -303,14 +305,22 @@ function M.start_sampler(hz, interval, lua, popts)
     -- 128 KiB: an unprivileged worker's mlock budget (perf_event_mlock_kb)
     -- is shared with /perf/profile; 0.3 s of samples at 1 kHz
     local o = { freq = hz or 1000, keep = false, pages = 32 }
-    local conf = { "freq=" .. o.freq }
+    local conf = {}
     for k, v in pairs(popts or {}) do o[k] = v; conf[#conf + 1] = k .. "=" .. tostring(v) end
     table.sort(conf)
     conf = table.concat(conf, " ")
     local p = always_lua
-    if p and p.running and p.conf == conf then
-      local ok, err = p.ev:enable()   -- resume
+    -- cpu-clock turns a frequency into a fixed period when it is opened
+    -- (the kernel clears attr.freq): IOC_PERIOD then takes nanoseconds,
+    -- and a frequency given there would be a storm of samples
+    local retune = p and p.hz ~= o.freq and p.event == "cpu-clock"
+    if p and p.running and p.conf == conf and (p.hz == o.freq or retune) then
+      -- resume, at the frequency asked for
+      local ok, err = true, nil
+      if retune then ok, err = p.ev:period(math.floor(1e9 / o.freq)) end
+      if ok then ok, err = p.ev:enable() end
       if not ok then return nil, err end
+      p.hz = o.freq
     else
       if p then p:stop() end
       local err
@@ -319,8 +329,8 @@ function M.start_sampler(hz, interval, lua, popts)
         ngx.log(ngx.ERR, "perfreq: Lua sampler unavailable: ", err)
         return nil, err
       end
-      p.conf = conf
-      always_lua, drain_cpu = p, 0
+      p.conf, p.hz = conf, o.freq
+      always_lua, drain_cpu, drains = p, 0, 0
     end
     lua_on = true
     return true
@@ -400,14 +410,10 @@ function M.sampler_stats()
   ngx.header.content_type = "text/plain"
   local p = always_lua
   if not p then ngx.say("no Lua sampler") return end
-  if p.running then
-    local t0 = os.clock()
-    p:drain()
-    drain_cpu = drain_cpu + (os.clock() - t0)
-  end
   local n = math.max(p.nsamples, 1)
-  ngx.say(string.format("samples %d lost %d stacks %d drain_us_per_sample %.2f walk_us_per_sample %.2f lua_heap_kb %d",
-                        p.nsamples, p.lost, p.nstacks or 0, drain_cpu * 1e6 / n,
+  ngx.say(string.format("samples %d lost %d stacks %d drains %d drain_us_per_sample %.2f" ..
+                        " walk_us_per_sample %.2f lua_heap_kb %d",
+                        p.nsamples, p.lost, p.nstacks or 0, drains, drain_cpu * 1e6 / n,
                         (p.walk_ns or 0) / 1e3 / n, collectgarbage("count")))
 end
 
