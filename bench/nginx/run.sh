@@ -86,8 +86,9 @@ run() {   # $1 = mode -> prints "requests/s cpu-us-per-request"
   $WRK -t1 -c"$CONNS" -d"${DUR}s" "http://127.0.0.1:$PORT/$u" > "$T/wrk.txt"
   wait $lp
   case $1 in sampler*|lua*) curl -sf "http://127.0.0.1:$PORT/perf/sampler?on=0" >/dev/null ;; esac
-  # the Lua sampler's own account of its run (the last one is printed)
-  case $1 in lua*) curl -sf "http://127.0.0.1:$PORT/perf/always?stats=1" > "$T/stats-$1" ;; esac
+  # the Lua sampler's own account (one profile, paused between its runs:
+  # its figures add up over all lua99 and lua1k runs)
+  case $1 in lua*) curl -sf "http://127.0.0.1:$PORT/perf/always?stats=1" > "$T/stats-lua" ;; esac
   rps=$(awk '/^Requests\/sec/ {print $2}' "$T/wrk.txt")
   awk -F, -v rps="$rps" -v dur="$DUR" '$3 == "task-clock" { printf "%s %.2f\n", rps, $1 * 1000 / (rps * dur) }' "$T/tc.csv"
 }
@@ -105,11 +106,11 @@ for r in $(seq "$ROUNDS"); do
   awk -v r="$r" '$1 == r { printf "round %s %-11s %10.0f req/s  %6.2f us CPU/request\n", $1, $2, $3, $4 }' "$T/results"
 done
 
-echo "--- hottest stacks under the samplers (C: all rounds; Lua: the last lua1k run):"
-curl -s "http://127.0.0.1:$PORT/perf/always" | head -5
-for m in lua99 lua1k; do
-  [ -f "$T/stats-$m" ] && echo "--- $m, last run: $(cat "$T/stats-$m")"
-done
+echo "--- hottest stacks under the samplers, all rounds (C: by function; Lua: with a Lua frame):"
+curl -s "http://127.0.0.1:$PORT/perf/always" > "$T/always"
+grep -v @ "$T/always" | head -3
+grep @ "$T/always" | head -3
+[ -f "$T/stats-lua" ] && echo "--- Lua sampler, all its runs: $(cat "$T/stats-lua")"
 grep -c . "$T/logs/error.log" | awk '{print "--- error log lines: " $1}' || true
 if [ -x build/bench/read_c ] || cc -O2 bench/read/read_c.c -o build/bench/read_c 2>/dev/null; then
   # the kernel's part of "counters": the same group read from C, on the worker's CPU
