@@ -310,6 +310,10 @@ function Reg:trace_event(what, tr, func, pc)
       local old = self.live[tr]
       if old then old.t1 = e.t0; self.dead[#self.dead + 1] = old end
       self.live[tr] = e
+      -- the span of all trace code ever seen: find_trace rejects any other
+      -- address at once (the stack scan tries 32 words per sample)
+      if not self.lo_min or e.lo < self.lo_min then self.lo_min = e.lo end
+      if not self.hi_max or e.hi > self.hi_max then self.hi_max = e.hi end
       -- kept sorted as traces come (re-sorting per trace costs ~0.4 ms with
       -- hundreds of traces, as in an nginx worker)
       local ts = self.tsorted
@@ -333,6 +337,7 @@ end
 
 -- the trace whose machine code holds address a at time t
 function Reg:find_trace(a, t)
+  if not self.hi_max or a < self.lo_min or a >= self.hi_max then return nil end
   local ts = self.tsorted
   if not ts then
     ts = {}
