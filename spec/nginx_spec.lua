@@ -231,6 +231,10 @@ describe("nginx with the perfreq module", function()
     assert.truthy(n >= 0.5 * total, n .. " of " .. total .. " samples in checksum_loop\n" .. prof)
     -- its caller, walked at sample time, at the line of the call
     assert.truthy(prof:find(";M.handler@" .. chunk .. ":" .. call .. ";checksum_loop@"), prof)
+    -- the self-tests passed in the unprivileged worker: perfreq logs the
+    -- mode at info level when they did not (p.mode ~= "full" or no walk)
+    local log = read(dir .. "/logs/error.log")
+    assert.is_nil(log:find("perfreq: profile mode", 1, true), log:match("[^\n]*perfreq: profile mode[^\n]*"))
   end)
 
   it("samples the worker and answers C callchains with nginx's own function names (mode=c)", function()
@@ -300,6 +304,16 @@ describe("nginx with the perfreq module", function()
     -- counts of the test before, by function, stay)
     assert.truthy(get("/perf/always?reset=1"):find("checksum_loop", 1, true))
     assert.is_nil(get("/perf/always"):find("checksum_loop", 1, true))
+    -- switched on at another rate, the paused profile resumes (its sample
+    -- count goes on) at that rate: cpu-clock's period is set in ns, where a
+    -- frequency would give a sample every few microseconds
+    local function nsamples() return tonumber(get("/perf/always?stats=1"):match("^samples (%d+)")) end
+    local s1 = nsamples()
+    assert.equal("sampler on\n", get("/perf/sampler?on=1&lua=1&hz=99"))
+    under_load("/hello", dir .. "/resume.txt")     -- 2 s of load
+    local s2 = nsamples()
+    assert.equal("sampler off\n", get("/perf/sampler?on=0"))
+    assert.truthy(s2 - s1 >= 10 and s2 - s1 <= 2 * 99 * 2, (s2 - s1) .. " samples in 2 s at 99 Hz")
   end)
 
   it("leaves no error in the error log", function()

@@ -108,8 +108,8 @@ done
 
 echo "--- hottest stacks under the samplers, all rounds (C: by function; Lua: with a Lua frame):"
 curl -s "http://127.0.0.1:$PORT/perf/always" > "$T/always"
-grep -v @ "$T/always" | head -3
-grep @ "$T/always" | head -3
+grep -v "@[^;]*:[0-9]" "$T/always" | head -3
+grep "@[^;]*:[0-9]" "$T/always" | head -3
 [ -f "$T/stats-lua" ] && echo "--- Lua sampler, all its runs: $(cat "$T/stats-lua")"
 grep -c . "$T/logs/error.log" | awk '{print "--- error log lines: " $1}' || true
 if [ -x build/bench/read_c ] || cc -O2 bench/read/read_c.c -o build/bench/read_c 2>/dev/null; then
