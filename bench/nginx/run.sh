@@ -12,6 +12,10 @@
 #                drained every 100 ms by a timer, switched on for the run
 #   sampler10k   the same at 10 kHz: ten times the sampler's cost, so that
 #                cost stands out of the noise (1 kHz costs a tenth of it)
+#   lua99        /hello with the always-on Lua-level sampler (pe.profile,
+#                keep=false: every sample resolved to Lua frames and folded
+#                into per-stack counts by the 100 ms timer) at 99 Hz
+#   lua1k        the same at 1 kHz
 # Each round runs baseline, mode, baseline, mode, ..., baseline; every mode
 # is compared with the mean of the two baseline runs around it, which
 # cancels the slow drift of a shared VM.  The median change over the rounds
@@ -34,7 +38,7 @@ trap 'stop; rm -rf "$T"' EXIT INT TERM
 chmod 755 "$T"
 mkdir -p "$T/lua" "$T/lib/perf_event" "$T/conf" "$T/logs"
 cp -r lua/perf_event "$T/lua/"
-cp examples/openresty/lua/perfreq.lua "$T/lua/"
+cp examples/openresty/lua/*.lua "$T/lua/"
 cp build/perf_event/core.so "$T/lib/perf_event/"
 chmod -R a+rX "$T"
 
@@ -63,25 +67,38 @@ worker=$(ps -o pid= --ppid "$master" | head -1 | tr -d ' ')
 for u in hello loglua counters counters100; do    # warm-up: JIT, caches
   $WRK -t1 -c"$CONNS" -d1s "http://127.0.0.1:$PORT/$u" >/dev/null
 done
+# the Lua sampler's first start runs its self-tests (~30 ms) and its first
+# drains read the symbol tables of nginx and its libraries: not in a round
+curl -sf "http://127.0.0.1:$PORT/perf/sampler?on=1&lua=1&hz=1000" >/dev/null
+$WRK -t1 -c"$CONNS" -d1s "http://127.0.0.1:$PORT/hello" >/dev/null
+curl -sf "http://127.0.0.1:$PORT/perf/sampler?on=0" >/dev/null
 
 run() {   # $1 = mode -> prints "requests/s cpu-us-per-request"
-  case $1 in baseline|sampler*) u=hello ;; *) u=$1 ;; esac
-  [ "$1" = sampler ] && curl -sf "http://127.0.0.1:$PORT/perf/sampler?on=1" >/dev/null
-  [ "$1" = sampler10k ] && curl -sf "http://127.0.0.1:$PORT/perf/sampler?on=1&hz=10000" >/dev/null
+  case $1 in baseline|sampler*|lua*) u=hello ;; *) u=$1 ;; esac
+  case $1 in
+    sampler) curl -sf "http://127.0.0.1:$PORT/perf/sampler?on=1" >/dev/null ;;
+    sampler10k) curl -sf "http://127.0.0.1:$PORT/perf/sampler?on=1&hz=10000" >/dev/null ;;
+    lua99) curl -sf "http://127.0.0.1:$PORT/perf/sampler?on=1&lua=1&hz=99" >/dev/null ;;
+    lua1k) curl -sf "http://127.0.0.1:$PORT/perf/sampler?on=1&lua=1&hz=1000" >/dev/null ;;
+  esac
   bin/luaperf stat -x, -e task-clock -p "$worker" -o "$T/tc.csv" -- sleep "$DUR" &
   lp=$!
   $WRK -t1 -c"$CONNS" -d"${DUR}s" "http://127.0.0.1:$PORT/$u" > "$T/wrk.txt"
   wait $lp
-  case $1 in sampler*) curl -sf "http://127.0.0.1:$PORT/perf/sampler?on=0" >/dev/null ;; esac
+  case $1 in sampler*|lua*) curl -sf "http://127.0.0.1:$PORT/perf/sampler?on=0" >/dev/null ;; esac
+  # the Lua sampler's own account (one profile, paused between its runs:
+  # its figures add up over all lua99 and lua1k runs)
+  case $1 in lua*) curl -sf "http://127.0.0.1:$PORT/perf/always?stats=1" > "$T/stats-lua" ;; esac
   rps=$(awk '/^Requests\/sec/ {print $2}' "$T/wrk.txt")
   awk -F, -v rps="$rps" -v dur="$DUR" '$3 == "task-clock" { printf "%s %.2f\n", rps, $1 * 1000 / (rps * dur) }' "$T/tc.csv"
 }
 
-MODES="loglua counters counters100 sampler sampler10k"
+MODES="loglua counters counters100 sampler sampler10k lua99 lua1k"
+NMODES=$(echo $MODES | wc -w)
 for r in $(seq "$ROUNDS"); do
   v=$(run baseline); echo "$r baseline $v" >> "$T/results"
   # rotate the order of the modes from round to round
-  set -- $MODES; k=$(( (r - 1) % 5 )); while [ $k -gt 0 ]; do m=$1; shift; set -- "$@" "$m"; k=$((k - 1)); done
+  set -- $MODES; k=$(( (r - 1) % NMODES )); while [ $k -gt 0 ]; do m=$1; shift; set -- "$@" "$m"; k=$((k - 1)); done
   for m in "$@"; do
     v=$(run "$m"); echo "$r $m $v" >> "$T/results"
     v=$(run baseline); echo "$r baseline $v" >> "$T/results"
@@ -89,8 +106,11 @@ for r in $(seq "$ROUNDS"); do
   awk -v r="$r" '$1 == r { printf "round %s %-11s %10.0f req/s  %6.2f us CPU/request\n", $1, $2, $3, $4 }' "$T/results"
 done
 
-echo "--- hottest functions under the sampler (all rounds):"
-curl -s "http://127.0.0.1:$PORT/perf/always" | sort -t' ' -k2 -n | tail -3
+echo "--- hottest stacks under the samplers, all rounds (C: by function; Lua: with a Lua frame):"
+curl -s "http://127.0.0.1:$PORT/perf/always" > "$T/always"
+grep -v "@[^;]*:[0-9]" "$T/always" | head -3
+grep "@[^;]*:[0-9]" "$T/always" | head -3
+[ -f "$T/stats-lua" ] && echo "--- Lua sampler, all its runs: $(cat "$T/stats-lua")"
 grep -c . "$T/logs/error.log" | awk '{print "--- error log lines: " $1}' || true
 if [ -x build/bench/read_c ] || cc -O2 bench/read/read_c.c -o build/bench/read_c 2>/dev/null; then
   # the kernel's part of "counters": the same group read from C, on the worker's CPU
@@ -115,8 +135,8 @@ awk '
         dc[m] = dc[m] " " (cpu[i] / ((cpu[i - 1] + cpu[i + 1]) / 2) - 1) * 100
       }
     }
-    split("baseline loglua counters counters100 sampler sampler10k", modes, " ")
-    for (i = 1; i <= 6; i++) {
+    n = split("baseline loglua counters counters100 sampler sampler10k lua99 lua1k", modes, " ")
+    for (i = 1; i <= n; i++) {
       m = modes[i]
       if (m == "baseline")
         printf "%-11s %10.0f req/s              %6.2f us CPU/request\n", m, median(v[m]), median(c[m])

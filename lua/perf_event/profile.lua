@@ -392,7 +392,20 @@ function Reg:trace_event(what, tr, func, pc)
       local old = self.live[tr]
       if old then old.t1 = e.t0; self.dead[#self.dead + 1] = old end
       self.live[tr] = e
-      self.tsorted = nil
+      -- the span of all trace code ever seen: find_trace rejects any other
+      -- address at once (the stack scan tries 32 words per sample)
+      if not self.lo_min or e.lo < self.lo_min then self.lo_min = e.lo end
+      if not self.hi_max or e.hi > self.hi_max then self.hi_max = e.hi end
+      -- kept sorted as traces come (re-sorting per trace costs ~0.4 ms with
+      -- hundreds of traces, as in an nginx worker)
+      local ts = self.tsorted
+      if ts and not old then
+        local at = #ts + 1
+        for i = #ts, 1, -1 do if ts[i].lo > e.lo then at = i else break end end
+        table.insert(ts, at, e)
+      else
+        self.tsorted = nil
+      end
     end
   elseif what == "abort" then
     self.pending[tr] = nil
@@ -406,6 +419,7 @@ end
 
 -- the trace whose machine code holds address a at time t
 function Reg:find_trace(a, t)
+  if not self.hi_max or a < self.lo_min or a >= self.hi_max then return nil end
   local ts = self.tsorted
   if not ts then
     ts = {}
@@ -772,7 +786,8 @@ function Profile:_hook_drain(final)
     if c and c.time - t > HOOK_WINDOW then c = nil end
     if c then self.nhooked = (self.nhooked or 0) + 1 end
     self.nsamples = self.nsamples + 1
-    self.samples[#self.samples + 1] = self:_hook_resolve(rec, c)
+    if self.keep == false then self:_count(self:_hook_resolve(rec, c))
+    else self.samples[#self.samples + 1] = self:_hook_resolve(rec, c) end
     k = k + 1
   end
   local rest = {}
@@ -791,7 +806,9 @@ end
 --   `stack` (bytes of user stack per sample scanned for a trace caller,
 --   256; 0 disables), `stacks` (false: no signal-time walk of the Lua
 --   callers, leaf frames only), `lua` (false: C leaf frames only), `perfmap`
---   (true: append each trace to /tmp/perf-PID.map for the perf tool);
+--   (true: append each trace to /tmp/perf-PID.map for the perf tool),
+--   `keep` (false: fold each sample into per-stack counts at drain instead
+--   of keeping `p.samples`, so memory is bounded by the distinct stacks);
 --   on PUC Lua `hook` ("signal", the default on 5.2+, or "count", the
 --   default on 5.1), `hook_count` (1000 instructions), `depth` (64 frames)
 -- @treturn[1] table the profile
@@ -803,6 +820,7 @@ function M.start(opts)
   local pe = pe_module()
   local p = setmetatable({ event = opts.event or "cpu-clock", nsamples = 0, lost = 0,
                            stacks = false, running = false, samples = {} }, Profile)
+  if opts.keep == false then p.keep, p.counts, p.nstacks = false, {}, 0 end
   local mode, reason = "c", "not LuaJIT"
   if jit and opts.lua ~= false then
     local lay = check_layout()
@@ -1055,7 +1073,14 @@ function Profile:drain()
   if not self.sym then
     self.sym = pe_module().symbols.new({ kernel = false, offsets = true })
   end
-  self.sym:load_maps("self")
+  local t_drain = self.keep == false and now()
+  -- reading /proc/self/maps costs ~0.5 ms: an always-on (keep=false)
+  -- profile drained often rereads it every 10 s only
+  if not t_drain or not self.maps_t or t_drain - self.maps_t > 1e10 then
+    if t_drain then self.sym = self:_memo_sym() end
+    self.sym:load_maps("self")
+    self.maps_t = t_drain or nil
+  end
   if self.hook then self:_hook_drain(not self.running) return self end
   local samples = self.samples
   local sigs, si = nil, 1
@@ -1081,11 +1106,13 @@ function Profile:drain()
           if tonumber(g.ip) == ip and gt >= t and gt - t < 1e7 then sig = g; si = j + 1 break end
         end
       end
-      samples[#samples + 1] = self:_resolve(rec, sig)
+      if self.keep == false then self:_count(self:_resolve(rec, sig))
+      else samples[#samples + 1] = self:_resolve(rec, sig) end
     elseif rec.type == "lost" or rec.type == "lost_samples" then
       self.lost = self.lost + (tonumber(rec.lost) or 0)
     end
   end
+  if self.keep == false then self:_prune(t_drain) end
   return self
 end
 
@@ -1121,10 +1148,87 @@ local function frame_text(f, lines)
   return frame_name(f.lua, lines and f.line or nil)
 end
 
+-- ---------------------------------------------------------------- aggregated mode (keep=false)
+
+local info_ids, next_info_id = setmetatable({}, { __mode = "k" }), 0
+
+-- folds one resolved sample into self.counts: the key tells apart what
+-- aggregate's options may keep apart (line, trace), and is cheap to build
+function Profile:_count(frames)
+  local parts = {}
+  for i = 1, #frames do
+    local f = frames[i]
+    if f.c then
+      parts[i] = f.c
+    else
+      local id = info_ids[f.lua]
+      if not id then next_info_id = next_info_id + 1; id = next_info_id; info_ids[f.lua] = id end
+      parts[i] = (f.caller and "@" or "") .. id .. ":" .. (f.line or "") .. ":" .. (f.trace or "")
+    end
+  end
+  local k = concat(parts, ";", 1, #frames) .. "/" .. (frames.nleaf or "")
+  local e = self.counts[k]
+  if e then e.count = e.count + 1
+  else self.counts[k] = { frames = frames, count = 1 }; self.nstacks = self.nstacks + 1 end
+end
+
+-- an aggregated profile sees the same C addresses again and again (a
+-- lookup costs 3-6 us): its symbols answer through a bounded memo, made
+-- anew when the maps are reread
+function Profile:_memo_sym()
+  local raw = self.sym_raw or self.sym
+  self.sym_raw = raw
+  local memo, n = {}, 0
+  return {
+    load_maps = function(_, pid) return raw:load_maps(pid) end,
+    lookup = function(_, ip, pid)
+      local e = memo[ip]
+      if not e then
+        if n >= 4096 then memo, n = {}, 0 end
+        e = { raw:lookup(ip, pid) }
+        memo[ip], n = e, n + 1
+      end
+      return e[1], e[2], e[3]
+    end,
+  }
+end
+
+-- a trace closed by a flush before this drain began matches no sample
+-- still to come: forget it (the registry would grow with every flush)
+function Profile:_prune(t)
+  local reg = self.reg
+  if not reg or #reg.dead == 0 then return end
+  local keep = {}
+  for _, d in ipairs(reg.dead) do
+    if d.t1 >= t then keep[#keep + 1] = d end
+  end
+  reg.dead = keep
+end
+
+-- calls fn(frames, count) for every stored stack: the samples, or the
+-- per-stack counts of an aggregated profile
+local function each_stack(self, fn)
+  if self.keep == false then
+    for _, e in pairs(self.counts) do fn(e.frames, e.count) end
+  else
+    for _, frames in ipairs(self.samples) do fn(frames, 1) end
+  end
+end
+
+--- Forgets the stored stacks (the samples, or the per-stack counts), so
+-- that the next read covers what is sampled from now on; `nsamples` and
+-- `lost` keep counting. @treturn table the profile
+function Profile:reset()
+  self.samples = {}
+  if self.keep == false then self.counts, self.nstacks = {}, 0 end
+  return self
+end
+
 --- The samples grouped by stack, most first: the form the exporters
 -- (folded text, pprof, speedscope) read.
 -- @tparam[opt] table opts `lines=false` merges the lines of a function;
---   `traces=true` keeps stacks through different traces apart
+--   `traces=true` keeps stacks through different traces apart; `reset=true`
+--   forgets the stored stacks once read (`p:reset()`)
 -- @treturn table array of `{frames=, count=, key=}` (key: the folded text); `frames` is root first, each
 --   frame either `{lua=info, line=n, trace=N}` (info: `name`, `chunk`,
 --   `linedefined`, `lastlinedefined`) or `{c=name, addr=ip, module=path}`
@@ -1133,7 +1237,7 @@ function Profile:aggregate(opts)
   opts = opts or {}
   local lines = opts.lines ~= false
   local by, out = {}, {}
-  for _, frames in ipairs(self.samples) do
+  each_stack(self, function(frames, count)
     local parts = {}
     for i, f in ipairs(frames) do
       local t = frame_text(f, lines)
@@ -1143,8 +1247,9 @@ function Profile:aggregate(opts)
     local k = concat(parts, ";")
     local e = by[k]
     if not e then e = { frames = frames, count = 0, key = k }; by[k] = e; out[#out + 1] = e end
-    e.count = e.count + 1
-  end
+    e.count = e.count + count
+  end)
+  if opts.reset then self:reset() end
   sort(out, function(a, b) if a.count ~= b.count then return a.count > b.count end return a.key < b.key end)
   return out
 end
@@ -1153,7 +1258,8 @@ end
 -- sorted by count (most first).
 -- @tparam[opt] table opts `lines=false` names Lua frames by the line that
 --   defines the function instead of the sampled line; `traces=true`
---   appends `[trace N]` to frames attributed through a trace
+--   appends `[trace N]` to frames attributed through a trace; `reset=true`
+--   as in aggregate
 -- @treturn string
 function Profile:folded(opts)
   local out = {}
@@ -1166,21 +1272,23 @@ end
 -- for its C leaf when no Lua frame is known.
 -- @tparam[opt] number n how many (all)
 -- @tparam[opt] table opts `by="leaf"` counts the leaf frame instead;
---   `lines=true` keeps the sampled line in the name
+--   `lines=true` keeps the sampled line in the name; `reset=true` as in
+--   aggregate
 -- @treturn table array of `{name=, count=, share=}` (share in percent),
 --   most first
 function Profile:top(n, opts)
   opts = opts or {}
   local counts, total = {}, 0
-  for _, frames in ipairs(self.samples) do
+  each_stack(self, function(frames, count)
     local f = frames[#frames]
     if opts.by ~= "leaf" then
       for i = #frames, 1, -1 do if frames[i].lua then f = frames[i] break end end
     end
     local k = frame_text(f, opts.lines)
-    counts[k] = (counts[k] or 0) + 1
-    total = total + 1
-  end
+    counts[k] = (counts[k] or 0) + count
+    total = total + count
+  end)
+  if opts.reset then self:reset() end
   local out = {}
   for k, c in pairs(counts) do out[#out + 1] = { name = k, count = c, share = 100 * c / total } end
   sort(out, function(a, b) if a.count ~= b.count then return a.count > b.count end return a.name < b.name end)
@@ -1192,13 +1300,13 @@ end
 -- `caller` (C leaf under a trace found on the stack), `c` (C leaf alone).
 function Profile:kinds()
   local k = { trace = 0, interp = 0, caller = 0, c = 0 }
-  for _, frames in ipairs(self.samples) do
+  each_stack(self, function(frames, count)
     local f = frames[#frames - (frames.nleaf or #frames) + 1]
-    if f.trace and not f.caller then k.trace = k.trace + 1
-    elseif f.caller then k.caller = k.caller + 1
-    elseif f.lua then k.interp = k.interp + 1
-    else k.c = k.c + 1 end
-  end
+    if f.trace and not f.caller then k.trace = k.trace + count
+    elseif f.caller then k.caller = k.caller + count
+    elseif f.lua then k.interp = k.interp + count
+    else k.c = k.c + count end
+  end)
   return k
 end
 

@@ -1,0 +1,120 @@
+-- pe.profile's aggregated mode (start{keep=false}): samples folded into
+-- per-stack counts at drain, for an always-on sampler (examples/openresty).
+-- The counts are checked against the kernel's own number of samples, the
+-- hot function planted here, and the memory the state holds after many
+-- drains (collectgarbage("count")).
+local pe = require("perf_event")
+local jit = rawget(_G, "jit")
+local clock = os.clock
+
+local function agg_hot(n)
+  local s = 0
+  for i = 1, n do s = (s * 31 + i) % 1000003 end
+  return s
+end
+
+local function agg_other(n)
+  local s = 0
+  for i = 1, n do s = s + (i % 11) * 0.25 end
+  return s
+end
+
+-- runs f for `secs` of CPU time (os.clock)
+local function burn(f, secs)
+  local t0, s = clock(), 0
+  while clock() - t0 < secs do s = s + f(20000) end
+  return s
+end
+
+local function sum_folded(text)
+  local n, lines = 0, 0
+  for _, c in text:gmatch("([^\n]+) (%d+)\n") do n = n + tonumber(c); lines = lines + 1 end
+  return n, lines
+end
+
+local function sum(list, field)
+  local n = 0
+  for _, e in ipairs(list) do n = n + e[field] end
+  return n
+end
+
+local CHUNK = "spec/profile_keep_spec.lua"
+
+describe("pe.profile aggregated mode (keep=false)", function()
+  it("counts every sample the kernel delivered, without keeping them", function()
+    local p = assert(pe.profile.start({ freq = 999, keep = false }))
+    burn(agg_hot, 0.3)
+    p:stop()
+    assert.equal(0, #p.samples)
+    assert.is_true(p.nsamples >= 50, "only " .. p.nsamples .. " samples in 0.3 s of CPU at 999 Hz")
+    local agg = p:aggregate()
+    assert.equal(p.nsamples, sum(agg, "count"))
+    assert.equal(p.nstacks, #agg)       -- lines and traces kept apart by default
+    assert.equal(p.nsamples, (sum_folded(p:folded())))
+    assert.equal(p.nsamples, sum(p:top(), "count"))
+    local k = p:kinds()
+    assert.equal(p.nsamples, k.trace + k.interp + k.caller + k.c)
+    -- coarser groupings sum to the same total and never have more stacks
+    local coarse = p:aggregate({ lines = false })
+    assert.equal(p.nsamples, sum(coarse, "count"))
+    assert.is_true(#coarse <= #agg)
+    if jit and p.mode ~= "c" then
+      local top = p:top(1)[1]
+      assert.truthy(top.name:find("^agg_hot@" .. CHUNK:gsub("%p", "%%%0") .. ":%d+$"), top.name)
+      assert.is_true(top.share > 50, top.name .. " " .. top.share)
+    end
+  end)
+
+  it("reads and clears with reset=true: the two reads add up to the kernel's samples", function()
+    local p = assert(pe.profile.start({ freq = 999, keep = false }))
+    burn(agg_hot, 0.2)
+    p:drain()
+    local first = p:top(nil, { reset = true })
+    assert.equal("", p:folded())
+    burn(agg_other, 0.2)
+    p:stop()
+    local second = p:top()
+    assert.equal(p.nsamples, sum(first, "count") + sum(second, "count"))
+    assert.is_true(sum(first, "count") > 20 and sum(second, "count") > 20)
+    if jit and p.mode ~= "c" then
+      assert.truthy(first[1].name:find("^agg_hot@"), first[1].name)
+      assert.truthy(second[1].name:find("^agg_other@"), second[1].name)
+    end
+  end)
+
+  it("keeps memory bounded over many drains and trace flushes (soak)", function()
+    -- the symbol tables of every mapped file, read once per process on the
+    -- first sample in it, are read here first: they are not the profile's
+    for line in io.lines("/proc/self/maps") do
+      local perms, path = line:match("^%S+ (%S+) %x+ %S+ %d+%s+(/%S+)$")
+      if path and perms:find("x", 1, true) then pe.symbols.elf(path) end
+    end
+    local p = assert(pe.profile.start({ freq = 999, keep = false }))
+    local mem, n_at, dead_max = {}, {}, 0
+    for i = 1, 600 do
+      burn(i % 2 == 0 and agg_hot or agg_other, 0.004)
+      if i % 10 == 0 and jit then jit.flush() end   -- new traces, old ones closed
+      p:drain()
+      if p.reg then dead_max = math.max(dead_max, #p.reg.dead) end
+      if i == 100 or i == 600 then
+        collectgarbage("collect")
+        collectgarbage("collect")
+        mem[#mem + 1] = collectgarbage("count")
+        n_at[#n_at + 1] = p.nsamples
+      end
+    end
+    p:stop()
+    local grown, n = mem[2] - mem[1], n_at[2] - n_at[1]
+    if os.getenv("PE_VERBOSE") then
+      print(("soak: +%.1f KiB over %d samples, %d stacks"):format(grown, n, p.nstacks))
+    end
+    -- kept, each sample would be a table of frames (over 100 bytes)
+    assert.is_true(n >= 1000, "only " .. n .. " samples in the soak")
+    assert.is_true(grown < 96, ("the state grew by %.1f KiB over %d samples"):format(grown, n))
+    assert.is_true(p.nstacks < 300, p.nstacks .. " distinct stacks")
+    assert.equal(0, #p.samples)
+    assert.equal(p.nsamples, sum(p:aggregate(), "count"))
+    -- closed traces are forgotten once no sample can fall in them
+    assert.is_true(dead_max < 50, dead_max .. " closed traces kept")
+  end)
+end)
