@@ -70,7 +70,7 @@ local function raw(path)
                                  line = tonumber(ln), start = tonumber(start) }
       end
     elseif section == "maps" then
-      local id, s, e, off, file, rest = line:match("^(%d+): (0x%x+)/(0x%x+)/(0x%x+) (%S+)%s*(.*)$")
+      local id, s, e, off, file, rest = line:match("^%s*(%d+): (0x%x+)/(0x%x+)/(0x%x+) (%S+)%s*(.*)$")
       if id then
         r.mappings[tonumber(id)] = { start = tonumber(s), limit = tonumber(e), offset = tonumber(off),
                                      file = file, build_id = rest:match("^(%x+)") }
@@ -346,7 +346,7 @@ describe("pprof.from_profile of profile_work.lua's pe.profile", function()
     local checked = 0
     for _, l in pairs(r.locs) do
       if l.mapping then
-        local m = assert(r.mappings[l.mapping])
+        local m = assert(r.mappings[l.mapping], r.text:match("Mappings.*$"))
         local a = tonumber(l.addr)
         assert.truthy(a >= m.start and a < m.limit, l.addr)
         local id = U.sh("readelf -n " .. m.file .. " 2>/dev/null"):match("Build ID: (%x+)")
