@@ -93,7 +93,7 @@ run() {   # $1 = mode -> prints "requests/s cpu-us-per-request"
   awk -F, -v rps="$rps" -v dur="$DUR" '$3 == "task-clock" { printf "%s %.2f\n", rps, $1 * 1000 / (rps * dur) }' "$T/tc.csv"
 }
 
-MODES="loglua counters counters100 sampler sampler10k lua99 lua1k"
+MODES=${PE_BENCH_MODES:-"loglua counters counters100 sampler sampler10k lua99 lua1k"}
 NMODES=$(echo $MODES | wc -w)
 for r in $(seq "$ROUNDS"); do
   v=$(run baseline); echo "$r baseline $v" >> "$T/results"
