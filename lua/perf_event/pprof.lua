@@ -399,17 +399,7 @@ local function mapping_set(t)
   end
 end
 
-local function find_map(list, a)
-  if not list then return nil end
-  local lo, hi, best = 1, #list, nil
-  while lo <= hi do
-    local mid = floor((lo + hi) / 2)
-    if list[mid].start <= a then best = mid; lo = mid + 1 else hi = mid - 1 end
-  end
-  local m = best and list[best]
-  if m and a < m.stop then return m end
-  return nil
-end
+local function find_map(list, a) return symbols().find_map(list, a) end
 
 -- a user-space address as a plain number (below 2^48), else nil
 local function user_number(v)

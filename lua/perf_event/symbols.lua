@@ -525,6 +525,7 @@ function Sym:record(rec)
   end
 end
 
+-- the mapping of a sorted list (`start`, `stop`) that holds address `a`
 local function find_map(list, a)
   if not list then return nil end
   local lo, hi, best = 1, #list, nil
@@ -536,6 +537,13 @@ local function find_map(list, a)
   if m and a < m.stop then return m end
   return nil
 end
+
+--- The mapping holding an address, from a list sorted by `start` (as
+-- `sym.maps[pid]` holds them).
+-- @tparam table list mappings `{start=, stop=, ...}` sorted by start
+-- @tparam number a the address
+-- @treturn table|nil the mapping
+M.find_map = find_map
 
 --- Resolves an address of process `pid` (user or kernel).
 -- User code is named from the file's `.symtab`/`.dynsym` or those of its
