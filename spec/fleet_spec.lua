@@ -3,48 +3,11 @@
 -- Prometheus server scraping /metrics, and Go's `go tool pprof` reading
 -- /debug/pprof/profile.  Temporary prefix and ports per run, on 127.0.0.1
 -- only.  Runs once, in the luajit suite (nginx links luajit2).
-local suite = os.getenv("PE_SUITE") or (jit and "luajit" or _VERSION)
 local U = require("support.util")
-
--- output, whether it exited 0 (the shell's status: popen's close() does not
--- give it on LuaJIT and 5.1)
-local function sh(cmd)
-  local out = U.sh("(" .. cmd .. ") 2>&1; echo \"rc=$?\"")
-  local code = tonumber(out:match("rc=(%d+)\n?$"))
-  return (out:gsub("rc=%d+\n?$", "")), code == 0
-end
-
-local function have(cmd) return select(2, sh("command -v " .. cmd)) end
-
-local function read(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function write(path, s)
-  local f = assert(io.open(path, "w"))
-  f:write(s)
-  f:close()
-end
-
-local MODULE = "/usr/lib/nginx/modules/ngx_http_lua_module.so"
+local N = require("support.nginx")
+local sh, have, read, write = N.sh, N.have, N.read, N.write
 local json_ok, json = pcall(require, "dkjson")
-local reason
-if suite ~= "luajit" then
-  reason = "the fleet test runs once, in the luajit suite (nginx links luajit2)"
-elseif not have("nginx") or not read(MODULE) or not have("curl") then
-  reason = "needs the Debian packages nginx, libnginx-mod-http-lua and curl"
-elseif not read("build/perf_event/core.so") then
-  reason = "run 'make' first (build/perf_event/core.so)"
-end
-
--- a port from our pid and the attempt: two runs at once try other ports
-local function pick_port(attempt, salt)
-  return 20000 + (U.pid() * 7919 + attempt * 104729 + salt * 15485863 + os.time()) % 30000
-end
+local reason = N.skip_reason("the fleet test")
 
 describe("the OpenResty fleet endpoints (perffleet)", function()
   if reason then
@@ -52,22 +15,8 @@ describe("the OpenResty fleet endpoints (perffleet)", function()
     return
   end
 
-  local dir, port, base, master, prom_pid
+  local dir, base, master, prom_pid
   local HOT = 40          -- requests sent to /fleet/hot
-
-  local function prepare()
-    dir = sh("mktemp -d /tmp/pe-fleet.XXXXXX"):gsub("%s+$", "")
-    assert(dir:find("^/tmp/pe%-fleet"), dir)
-    local _, ok = sh(table.concat({
-      "chmod 755 " .. dir,
-      "mkdir -p " .. dir .. "/lua " .. dir .. "/lib/perf_event " .. dir .. "/conf " .. dir .. "/logs",
-      "cp -r lua/perf_event " .. dir .. "/lua/",
-      "cp examples/openresty/lua/*.lua " .. dir .. "/lua/",
-      "cp build/perf_event/core.so " .. dir .. "/lib/perf_event/",
-      "chmod -R a+rX " .. dir,
-    }, " && "))
-    assert(ok, "could not prepare " .. dir)
-  end
 
   local function get(path)
     local out, ok = sh("curl -s -S --max-time 60 '" .. base .. path .. "'")
@@ -110,63 +59,37 @@ describe("the OpenResty fleet endpoints (perffleet)", function()
   end
 
   local function start()
-    local template = assert(read("examples/openresty/nginx.conf"))
-    local conf, n = template:gsub("worker_processes%s+%d+;", "worker_processes 2;")
-    assert(n == 1, "examples/openresty/nginx.conf has no worker_processes line")
-    for attempt = 1, 8 do
-      port = pick_port(attempt, 1)
-      write(dir .. "/conf/nginx.conf",
-            (conf:gsub("@LUA_PATH@", dir .. "/lua/?.lua;" .. dir .. "/lua/?/init.lua")
-                 :gsub("@LUA_CPATH@", dir .. "/lib/?.so")
-                 :gsub("@PORT@", tostring(port))))
-      local out, ok = sh("nginx -p " .. dir .. " -c " .. dir .. "/conf/nginx.conf")
-      if ok then
-        base = "http://127.0.0.1:" .. port
-        master = assert(read(dir .. "/logs/nginx.pid")):match("%d+")
-        -- up when both workers have published once
-        for _ = 1, 100 do
-          local text, up = sh("curl -s " .. base .. "/metrics")
-          if up and text:find("# TYPE", 1, true) then
-            local nw = 0
-            for _ in pairs(by_pid(samples(text), "nginx_perf_lua_vm_info")) do nw = nw + 1 end
-            if nw == 2 then return end
-          end
-          sh("sleep 0.1")
-        end
-        error("nginx does not answer /metrics with both workers on " .. base .. "\n" ..
-              (read(dir .. "/logs/error.log") or ""))
-      end
-      if not out:find("in use", 1, true) then error("nginx failed to start:\n" .. out) end
-      write(dir .. "/logs/error.log", "")
-    end
-    error("no free port on 127.0.0.1")
-  end
-
-  local function kill_wait(pid)
-    for _, sig in ipairs({ "QUIT", "TERM", "KILL" }) do
-      sh("kill -" .. sig .. " " .. pid)
-      for _ = 1, 60 do
-        if not select(2, sh("kill -0 " .. pid)) then return true end
-        sh("sleep 0.05")
-      end
-    end
+    base, master = N.start(dir, {
+      salt = 1,
+      edit = function(conf)
+        local two, n = conf:gsub("worker_processes%s+%d+;", "worker_processes 2;")
+        assert(n == 1, "examples/openresty/nginx.conf has no worker_processes line")
+        return two
+      end,
+      -- up when both workers have published once
+      ready = function(b)
+        local text, up = sh("curl -s " .. b .. "/metrics")
+        if not (up and text:find("# TYPE", 1, true)) then return false end
+        local nw = 0
+        for _ in pairs(by_pid(samples(text), "nginx_perf_lua_vm_info")) do nw = nw + 1 end
+        return nw == 2
+      end,
+    })
   end
 
   local function stop()
-    if prom_pid then kill_wait(prom_pid) end
-    if not master then return end
-    local left = sh("ps -o pid= --ppid " .. master):gsub("%s+", " ")
-    if not kill_wait(master) and left:find("%d") then sh("kill -KILL " .. left) end
+    if prom_pid then N.kill_wait(prom_pid) end
+    N.stop(master)
   end
 
   setup(function()
-    prepare()
+    dir = N.prepare("fleet")
     start()
   end)
 
   teardown(function()
     stop()
-    if dir and dir:find("^/tmp/pe%-fleet") then sh("rm -rf " .. dir) end
+    N.remove(dir)
   end)
 
   it("runs two unprivileged workers, and /metrics shows both by pid", function()
@@ -268,10 +191,10 @@ scrape_configs:
     metrics_path: /metrics
     static_configs:
       - targets: ["127.0.0.1:%d"]
-]]):format(port))
+]]):format(tonumber(base:match(":(%d+)$"))))
     local pport
     for attempt = 1, 8 do
-      pport = pick_port(attempt, 2)
+      pport = N.port(attempt, 2)
       local pid = sh(("prometheus --config.file=%s/prometheus.yml --storage.tsdb.path=%s/tsdb " ..
                       "--web.listen-address=127.0.0.1:%d > %s/prometheus.log 2>&1 & echo $!")
                      :format(dir, dir, pport, dir)):match("%d+")
@@ -282,7 +205,7 @@ scrape_configs:
         sh("sleep 0.1")
       end
       if up then prom_pid = pid break end
-      kill_wait(pid)
+      N.kill_wait(pid)
       local log = read(dir .. "/prometheus.log") or ""
       if not log:find("address already in use", 1, true) then error("prometheus did not start:\n" .. log) end
     end
@@ -310,7 +233,7 @@ scrape_configs:
     for _, r in ipairs(res) do
       local m = r.metric
       assert.equal("nginx", m.job)
-      assert.equal("127.0.0.1:" .. port, m.instance)
+      assert.equal(base:match("//(.*)$"), m.instance)
       assert.equal(hostname, m.host)
       assert.equal("hot", m.route)
       assert.equal(want[m.pid], tonumber(r.value[2]), "pid " .. tostring(m.pid))

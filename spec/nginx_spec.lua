@@ -1,40 +1,9 @@
 -- The real Debian nginx with libnginx-mod-http-lua: per-request counters in
 -- log_by_lua and the in-worker profiler of examples/openresty, workers
 -- unprivileged (nobody), on 127.0.0.1 only.  Runs once, in the luajit suite.
-local suite = os.getenv("PE_SUITE") or (jit and "luajit" or _VERSION)
-local U = require("support.util")
-
--- output, whether it exited 0, and its exit code.  The code comes from the
--- shell: on LuaJIT and 5.1 a popen'ed file's close() returns true whatever
--- the command's status
-local function sh(cmd)
-  local p = io.popen("(" .. cmd .. ") 2>&1; echo \"rc=$?\"")
-  local out = p:read("*a")
-  p:close()
-  local code = tonumber(out:match("rc=(%d+)\n?$"))
-  out = out:gsub("rc=%d+\n?$", "")
-  return out, code == 0, code
-end
-
-local function have(cmd) return select(2, sh("command -v " .. cmd)) end
-
-local function read(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local MODULE = "/usr/lib/nginx/modules/ngx_http_lua_module.so"
-local reason
-if suite ~= "luajit" then
-  reason = "the nginx integration test runs once, in the luajit suite (nginx links luajit2)"
-elseif not have("nginx") or not read(MODULE) or not have("curl") then
-  reason = "needs the Debian packages nginx, libnginx-mod-http-lua and curl"
-elseif not read("build/perf_event/core.so") then
-  reason = "run 'make' first (build/perf_event/core.so)"
-end
+local N = require("support.nginx")
+local sh, read = N.sh, N.read
+local reason = N.skip_reason("the nginx integration test")
 
 describe("nginx with the perfreq module", function()
   if reason then
@@ -42,69 +11,7 @@ describe("nginx with the perfreq module", function()
     return
   end
 
-  local dir, port, base
-
-  -- a world-readable copy of the Lua layer and the LuaJIT core: workers
-  -- run as nobody and the checkout may sit under a private directory
-  local function prepare()
-    dir = sh("mktemp -d /tmp/pe-nginx.XXXXXX"):gsub("%s+$", "")
-    assert(dir:find("^/tmp/pe%-nginx"), dir)
-    local _, ok = sh(table.concat({
-      "chmod 755 " .. dir,
-      "mkdir -p " .. dir .. "/lua " .. dir .. "/lib/perf_event " .. dir .. "/conf " .. dir .. "/logs",
-      "cp -r lua/perf_event " .. dir .. "/lua/",
-      "cp examples/openresty/lua/*.lua " .. dir .. "/lua/",
-      "cp build/perf_event/core.so " .. dir .. "/lib/perf_event/",
-      "chmod -R a+rX " .. dir,
-    }, " && "))
-    assert(ok, "could not prepare " .. dir)
-  end
-
-  local function start()
-    local template = assert(read("examples/openresty/nginx.conf"))
-    for attempt = 1, 8 do
-      -- from our pid: two runs at once (math.random is unseeded) try other ports
-      port = 20000 + (U.pid() * 7919 + attempt * 104729 + os.time()) % 30000
-      local conf = template:gsub("@LUA_PATH@", dir .. "/lua/?.lua;" .. dir .. "/lua/?/init.lua")
-                           :gsub("@LUA_CPATH@", dir .. "/lib/?.so")
-                           :gsub("@PORT@", tostring(port))
-      local f = assert(io.open(dir .. "/conf/nginx.conf", "w"))
-      f:write(conf)
-      f:close()
-      local out, ok = sh("nginx -p " .. dir .. " -c " .. dir .. "/conf/nginx.conf")
-      if ok then
-        base = "http://127.0.0.1:" .. port
-        -- the master writes its pid, the worker accepts once it runs
-        for _ = 1, 100 do
-          local _, up = sh("curl -s -o /dev/null " .. base .. "/hello")
-          if up then return true end
-          sh("sleep 0.05")
-        end
-        error("nginx started but does not answer on " .. base .. "\n" .. (read(dir .. "/logs/error.log") or ""))
-      end
-      if not out:find("in use", 1, true) then error("nginx failed to start:\n" .. out) end
-      -- the next attempt starts with an empty log ("no error in the error log")
-      local lf = assert(io.open(dir .. "/logs/error.log", "w"))
-      lf:close()
-    end
-    error("no free port on 127.0.0.1")
-  end
-
-  -- graceful stop (QUIT), then TERM, then KILL: never leave nginx behind
-  local function stop()
-    local pid = dir and read(dir .. "/logs/nginx.pid")
-    pid = pid and pid:match("%d+")
-    if not pid then return end
-    local workers = sh("ps -o pid= --ppid " .. pid):gsub("%s+", " ")
-    for _, sig in ipairs({ "QUIT", "TERM", "KILL" }) do
-      sh("kill -" .. sig .. " " .. pid)
-      for _ = 1, 60 do
-        if not select(2, sh("kill -0 " .. pid)) then return end
-        sh("sleep 0.05")
-      end
-    end
-    if workers:find("%d") then sh("kill -KILL " .. workers) end
-  end
+  local dir, base, master
 
   local function get(path)
     local out, ok = sh("curl -s -S --max-time 30 '" .. base .. path .. "'")
@@ -113,17 +20,17 @@ describe("nginx with the perfreq module", function()
   end
 
   setup(function()
-    prepare()
-    start()
+    dir = N.prepare("nginx")
+    base, master = N.start(dir)
   end)
 
   teardown(function()
-    stop()
-    if dir and dir:find("^/tmp/pe%-nginx") then sh("rm -rf " .. dir) end
+    N.stop(master)
+    N.remove(dir)
   end)
 
   it("runs its workers unprivileged", function()
-    local ps = sh("ps -o user=,cmd= --ppid " .. read(dir .. "/logs/nginx.pid"):match("%d+"))
+    local ps = sh("ps -o user=,cmd= --ppid " .. master)
     assert.truthy(ps:find("worker process", 1, true), ps)
     assert.is_nil(ps:find("^root"), "worker runs as root: " .. ps)
   end)
@@ -207,7 +114,7 @@ describe("nginx with the perfreq module", function()
 
   -- runs `path` for 2 s while the worker serves /lua-work (wrk, or curl)
   local function under_load(path, out)
-    local load = have("wrk") and ("wrk -t1 -c2 -d2s '" .. base .. "/lua-work' > /dev/null")
+    local load = N.have("wrk") and ("wrk -t1 -c2 -d2s '" .. base .. "/lua-work' > /dev/null")
                  or ("for i in $(seq 60); do curl -s '" .. base .. "/lua-work' > /dev/null; done")
     sh("curl -s --max-time 30 '" .. base .. path .. "' > " .. out .. " & sleep 0.2; " .. load .. "; wait")
     return assert(read(out))
