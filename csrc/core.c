@@ -4,6 +4,8 @@
  * attr.c, readfmt.c, errors.c, u64.c, spawn.c, dir.c, abi.c); the top of
  * the file dependency order stated in pe_core.h.
  */
+#define _GNU_SOURCE 1   /* dladdr, RTLD_NODELETE */
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <string.h>
@@ -66,8 +68,24 @@ static const luaL_Reg funcs[] = {
   {"strerror", l_strerror}, {"u64", l_u64}, {NULL, NULL}
 };
 
+/* The interpreter unloads C modules when its state closes (a finalizer
+ * run with the others, in an order the program does not choose), but the
+ * profilers' signal handlers stay installed and a finalizer may still call
+ * in (a profile stopped at close): this library stays loaded until the
+ * process ends. */
+static void pe_stay_loaded(void)
+{
+  Dl_info info;
+  static int done;
+  if (done) return;
+  done = 1;
+  if (dladdr((const void *)pe_stay_loaded, &info) && info.dli_fname)
+    (void)dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+}
+
 PE_EXPORT int luaopen_perf_event_core(lua_State *L)
 {
+  pe_stay_loaded();
   pe_u64_init(L);
   lua_newtable(L);
   pe_setfuncs(L, funcs);

@@ -70,7 +70,9 @@ local function raw(path)
                                  line = tonumber(ln), start = tonumber(start) }
       end
     elseif section == "maps" then
-      local id, s, e, off, file, rest = line:match("^%s*(%d+): (0x%x+)/(0x%x+)/(0x%x+) (%S+)%s*(.*)$")
+      -- go tool pprof adds a mapping without a file for addresses that
+      -- have none (a C frame outside every mapping of /proc/PID/maps)
+      local id, s, e, off, file, rest = line:match("^%s*(%d+): (0x%x+)/(0x%x+)/(0x%x+)%s*(%S*)%s*(.*)$")
       if id then
         r.mappings[tonumber(id)] = { start = tonumber(s), limit = tonumber(e), offset = tonumber(off),
                                      file = file, build_id = rest:match("^(%x+)") }
@@ -345,8 +347,8 @@ describe("pprof.from_profile of profile_work.lua's pe.profile", function()
     local r = raw(w.dir .. "/auto.pb.gz")
     local checked = 0
     for _, l in pairs(r.locs) do
-      if l.mapping then
-        local m = assert(r.mappings[l.mapping], r.text:match("Mappings.*$"))
+      local m = l.mapping and assert(r.mappings[l.mapping], r.text:match("Mappings.*$"))
+      if m and m.file ~= "" then
         local a = tonumber(l.addr)
         assert.truthy(a >= m.start and a < m.limit, l.addr)
         local id = U.sh("readelf -n " .. m.file .. " 2>/dev/null"):match("Build ID: (%x+)")
@@ -414,6 +416,48 @@ describe("luaperf record --pprof", function()
     assert.equal(n * 1000000, ns)
     assert.truthy((by.pet_spin_inner or 0) > n / 2, r.text)
     assert.truthy(r.mappings[1].file:find("build/test/petarget$"), r.text)
+  end)
+
+  it("--lua -- CMD: the Lua processes' own profiles, Lua functions with their file and line", function()
+    need_go()
+    local script = tmpdir .. "/hot.lua"
+    local f = assert(io.open(script, "w"))
+    f:write([[
+local function hot(n)
+  local s = 0
+  for i = 1, n do s = (s * 31 + i) % 1000003 end
+  return s
+end
+local t0 = os.clock()
+while os.clock() - t0 < 0.5 do hot(100000) end
+]])
+    f:close()
+    local out = tmpdir .. "/lua.pb.gz"
+    local msg = U.sh(("%s bin/luaperf record --lua --pprof -o %s -- %s %s 2>&1"):format(LUA, out, LUA, script))
+    local n = tonumber(msg:match("luaperf record: (%d+) samples"))
+    assert.truthy(n and n > 100, msg)
+    assert.truthy(msg:find("(pprof)", 1, true), msg)
+    local r = raw(out)
+    local _, total = raw_stacks(r, 1)
+    assert.equal(n, total)
+    -- hot's body is lines 2-4 of the script
+    local seen = 0
+    for _, l in pairs(r.locs) do
+      if l.name == "hot" then
+        assert.equal(script, l.file)
+        assert.truthy(l.line >= 1 and l.line <= 5, "hot at line " .. l.line)
+        seen = seen + 1
+      end
+    end
+    assert.truthy(seen > 0, r.text)
+    local flat = top_flat(out)
+    local top, best = nil, 0
+    for name, c in pairs(flat) do if c > best then top, best = name, c end end
+    -- the hot loop is the leaf (LuaJIT), or the Lua frame over the
+    -- interpreter's C leaf (PUC Lua)
+    if jit then assert.equal("hot", top, r.text) end
+    local cum = go_pprof("-top -cum -nodecount=5 -sample_index=samples " .. out)
+    assert.truthy(cum:find("%s+hot\n"), cum)
   end)
 
   it("refuses --pprof with --speedscope or --folded", function()

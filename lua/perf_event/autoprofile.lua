@@ -39,8 +39,13 @@ local function self_pid()
   return pid or "self"
 end
 
+local draining, finish_later = false, false
+
 local function finish()
   if not p.running then return end
+  -- a drain's allocations may run this finalizer in the middle of the
+  -- drain (Lua 5.1's close does): finish once the drain is done
+  if draining then finish_later = true return end
   p:stop()
   local path = (os.getenv("PE_PROFILE_OUT") or "lua.folded"):gsub("%%p", self_pid())
   local f = io.open(path, "w")
@@ -78,7 +83,7 @@ debug.getregistry()["perf_event.autoprofile"] = sentinel
 -- the samples are read now and then, so that the rings last a long run: from
 -- a finalizer that arms a new one each GC cycle (a safe point; a program
 -- that allocates nothing runs no cycle, and reads them all at the end)
-local draining, last = false, os.clock()
+local last = os.clock()
 local function tick()
   if not p.running then return end
   if not draining and os.clock() - last >= 0.5 then
@@ -86,6 +91,7 @@ local function tick()
     pcall(p.drain, p)
     draining = false
     last = os.clock()
+    if finish_later then finish() return end
   end
   if newproxy then getmetatable(newproxy(true)).__gc = tick
   else setmetatable({}, { __gc = tick }) end

@@ -105,7 +105,8 @@ usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g | --call-graph fp|dwarf
                       (luajit -l perf_event.luamap app.lua) is sampled and
                       its JIT traces and interpreted lines are named from
                       /tmp/perf-PID.map: the Lua leaf and the C frames under
-                      it, no Lua callers; folded output only
+                      it, no Lua callers; folded output only (with CMD,
+                      --pprof and --speedscope too)
 
 Folded output: one line per distinct stack, root first: 'comm;main;caller;callee N'.
 User addresses are named from the ELF symbol tables (.symtab/.dynsym) of the
@@ -688,7 +689,7 @@ end
 -- `record --lua -- CMD`: CMD profiles itself (pe.profile through
 -- perf_event.autoprofile, loaded by LUA_INIT) and writes its folded stacks
 -- to a per-run file, which luaperf reads when CMD has exited
-local function record_lua_child(o, freq, period, out, path)
+local function record_lua_child(o, freq, period, out, path, as_profile)
   local c = core()
   local base = os.tmpname()   -- the profile files are base.PID, one per Lua process
   local lpath, cp = child_paths()
@@ -734,7 +735,15 @@ local function record_lua_child(o, freq, period, out, path)
   end
   os.remove(base)
   table.sort(keys)
-  for _, k in ipairs(keys) do out:write(k, " ", counts[k], "\n") end
+  if as_profile and files > 0 then
+    local pprof = require("perf_event.pprof")
+    local t = pprof.folded_table(counts, { event = o.events[1] or "cpu-clock", freq = not period and freq or nil,
+                                           period = period })
+    out:write(as_profile == "pprof" and pprof.encode(t) or require("perf_event.speedscope").encode(t,
+      { name = "luaperf record --lua " .. concat(o.cmd, " ") }))
+  elseif not as_profile then
+    for _, k in ipairs(keys) do out:write(k, " ", counts[k], "\n") end
+  end
   if out ~= io.stdout then out:close() end
   local rc = exit_code(status, code)
   if files == 0 then
@@ -743,8 +752,8 @@ local function record_lua_child(o, freq, period, out, path)
       .. "or exit() from C) [exit status %d]\n", o.cmd[1], rc))
     return rc
   end
-  io.stderr:write(format("[ luaperf record: %d samples, %d stacks written to %s ]\n", samples, #keys,
-                         path == "-" and "stdout" or path))
+  io.stderr:write(format("[ luaperf record: %d samples, %d stacks written to %s%s ]\n", samples, #keys,
+                         path == "-" and "stdout" or path, as_profile and " (" .. as_profile .. ")" or ""))
   return rc
 end
 
@@ -892,8 +901,8 @@ function M.record(argv)
     if o["all-cpus"] or o.cpu or o.tid then
       usage_error("record", "--lua profiles a command or a process (-p PID): not with -a, -C or -t")
     end
-    if o.pprof or o.speedscope then   -- the options of perf_event.pprof's writers
-      usage_error("record", "--lua writes folded stacks: not with --pprof or --speedscope")
+    if o.pid and (o.pprof or o.speedscope) then   -- the options of perf_event.pprof's writers
+      usage_error("record", "--lua -p writes folded stacks: not with --pprof or --speedscope")
     end
     if o["call-graph"] and o["call-graph"] ~= "fp" then
       usage_error("record", "--lua names the Lua code itself: not with --call-graph " .. o["call-graph"])
@@ -951,11 +960,12 @@ function M.record(argv)
   end
   c.catch_signals()
   if o.lua and not pid then
-    local path = o.output or "perf.folded"
+    local path = o.output or as_profile == "pprof" and "perf.pb.gz"
+                 or as_profile == "speedscope" and "perf.speedscope.json" or "perf.folded"
     local out, oerr = io.stdout, nil
-    if path ~= "-" then out, oerr = io.open(path, "w") end
+    if path ~= "-" then out, oerr = io.open(path, "wb") end
     if not out then io.stderr:write("luaperf record: cannot write ", tostring(oerr), "\n") return 1 end
-    return record_lua_child(o, freq, period, out, path)
+    return record_lua_child(o, freq, period, out, path, as_profile)
   end
 
   local spec = o.events[1] or { type = "software", config = SW.cpu_clock, name = "cpu-clock" }

@@ -25,6 +25,7 @@ local type, tostring, tonumber, ipairs, pairs, pcall, require, error, rawget =
       type, tostring, tonumber, ipairs, pairs, pcall, require, error, rawget
 local char, format, sub, concat = string.char, string.format, string.sub, table.concat
 local floor = math.floor
+local sort = table.sort
 local mtype = rawget(math, "type")
 
 local M = {}
@@ -482,6 +483,53 @@ function M.from_profile(p, opts)
     error("pprof.from_profile: a pe.profile expected", 2)
   end
   return M.encode(M.profile_table(p, opts), opts)
+end
+
+--- The neutral table of folded stacks ("a;b;c" -> count), such as the
+-- files `luaperf record --lua` gathers from its Lua processes: a frame
+-- `name@chunk:line` becomes a Lua function (file = the chunk, at that
+-- line; its first line is not known: `start_line` 0), any other frame a
+-- function of that name with no address.
+-- @tparam table counts folded key -> samples
+-- @tparam[opt] table opts `event` ("cpu-clock"), `freq` (999) or `period`,
+--   `time_nanos`, `duration_nanos`, `comments`, `labels`
+-- @treturn table
+function M.folded_table(counts, opts)
+  opts = opts or {}
+  if type(counts) ~= "table" then error("pprof.folded_table: a table of folded stacks expected", 2) end
+  local period = opts.period or (1e9 / (opts.freq or 999))
+  local types, ptype, default = types_for(opts.event)
+  local t = { sample_types = types, period_type = ptype, period = period, default_sample_type = default,
+              time_nanos = opts.time_nanos or wall_nanos(), duration_nanos = opts.duration_nanos,
+              mappings = {}, samples = {},
+              comments = opts.comments or { "folded stacks, " .. tostring(opts.event or "cpu-clock") } }
+  local frames_of = {}   -- folded frame text -> one shared frame
+  local keys = {}
+  for k in pairs(counts) do keys[#keys + 1] = k end
+  sort(keys)
+  for _, key in ipairs(keys) do
+    local n = counts[key]
+    if type(n) ~= "number" then error("pprof.folded_table: the count of '" .. key .. "' is not a number", 2) end
+    local frames = {}
+    for text in key:gmatch("[^;]+") do
+      local fr = frames_of[text]
+      if not fr then
+        local name, chunk, line = text:match("^(.-)@(.+):(%d+)$")
+        if name then
+          fr = { name = name, file = chunk, line = tonumber(line), start_line = 0,
+                 system_name = name .. "@" .. chunk }
+        else
+          fr = { name = text }
+        end
+        frames_of[text] = fr
+      end
+      frames[#frames + 1] = fr
+    end
+    if #frames > 0 then
+      t.samples[#t.samples + 1] = { frames = frames, values = { n, floor(n * period + 0.5) }, labels = opts.labels }
+    end
+  end
+  return t
 end
 
 --- A collector of decoded samples with native callchains (what `luaperf
