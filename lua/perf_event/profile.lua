@@ -912,6 +912,7 @@ function M.start(opts)
     p.builtins = M.builtins()
     if not ok then p.stacks = false; p.stacks_reason = aerr end
     p.jit_base = regs_check.jit_base
+    p.vms_ok = regs_check.vmstate.ok
     p.walk_ns0 = tonumber((select(4, LP.luaprof_read())))
     p.sig_throttled0 = tonumber((select(7, LP.luaprof_read())))
   end
@@ -999,7 +1000,7 @@ local function callers(reg, sig)
 end
 
 function Profile:_resolve(rec, sig)
-  local leaf = self:_leaf(rec)
+  local leaf = self:_leaf(rec, sig)
   if not sig or not self.reg then return leaf end
   local up = callers(self.reg, sig)
   if #up == 0 then return leaf end
@@ -1024,7 +1025,11 @@ function Profile:_resolve(rec, sig)
   return up
 end
 
-function Profile:_leaf(rec)
+-- G->vmstate at the signal (the self-tested one): ~LJ_VMST_INTERP or
+-- ~LJ_VMST_C, no trace runs, so no word of the stack is a trace's caller
+local VMS_NO_TRACE = { [-1] = true, [-2] = true }
+
+function Profile:_leaf(rec, sig)
   local reg, sym = self.reg, self.sym
   local ip = tonumber(rec.ip)
   local frames = {}
@@ -1043,7 +1048,8 @@ function Profile:_leaf(rec)
       lua = { lua = e.info, line = fi and fi.currentline or e.info.linedefined }
     end
   end
-  if not lua and reg and rec.stack_user and rec.stack_user.data then
+  if not lua and reg and rec.stack_user and rec.stack_user.data
+    and not (sig and self.vms_ok and VMS_NO_TRACE[sig.vms]) then
     local data = rec.stack_user.data
     local n = tonumber(rec.stack_user.dyn_size) or #data
     if n > #data then n = #data end
