@@ -112,6 +112,12 @@ static int lp_vs_mode;             /* 1: vmstate decides which base to try */
 #define LP_VMST_C (~1)             /* ~LJ_VMST_C: the VM runs a C function */
 #define LP_VMST_GC (~2)            /* ~LJ_VMST_GC (a trace's GC step keeps BASE near sp) */
 #define LP_NO_VMS (1 << 30)
+/* The global_State words found at arm (vmstate, cur_L, jit_base) are
+ * loaded directly, not through process_vm_readv (~1.4 us each): the
+ * global_State lives as long as the Lua state the profile was armed in,
+ * and a profile is disarmed before that state closes (stop, __gc) */
+#define LP_G32(a) (*(volatile int32_t *)(uintptr_t)(a))
+#define LP_G64(a) (*(volatile uint64_t *)(uintptr_t)(a))
 static int lp_cf_ok;               /* lua_State.cframe (+80) passed the arm's check */
 #define LP_L_CFRAME 80
 #define LP_CFRAME_SPAN (8u << 20)  /* a C function's stack below the VM's frame */
@@ -124,7 +130,8 @@ static int lp_cf_ok;               /* lua_State.cframe (+80) passed the arm's ch
 static int lp_in_vm(uint64_t sp, uint64_t *lb)
 {
   uint64_t l, w[(LP_L_CFRAME + 8) / 8], cf;
-  if (!lp_read(lp_cur_l, &l, 8) || !l || !lp_read(l, w, sizeof w)) return -1;   /* unknown */
+  l = LP_G64(lp_cur_l);
+  if (!l || !lp_read(l, w, sizeof w)) return -1;   /* unknown */
   *lb = w[4];
   cf = w[LP_L_CFRAME / 8] & ~(uint64_t)3;   /* cframe_raw: the low bits are flags */
   return cf != 0 && sp < cf && cf - sp < LP_CFRAME_SPAN;
@@ -232,7 +239,7 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
     e->dx = (uint64_t)uc->uc_mcontext.gregs[REG_RDX];
     e->sp = (uint64_t)uc->uc_mcontext.gregs[REG_RSP];
     e->vms = LP_NO_VMS;
-    if (lp_vmstate && !lp_read(lp_vmstate, &e->vms, 4)) e->vms = LP_NO_VMS;
+    if (lp_vmstate) e->vms = LP_G32(lp_vmstate);
     vs = lp_vs_mode && e->vms != LP_NO_VMS;
     /* ~LJ_VMST_C outside the VM's C frame: the host's own code (nginx's
      * event loop), no Lua stack to walk; cur_L->base there is left from the
@@ -246,7 +253,7 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
       /* whether a trace runs: G->vmstate holds its number (>= 0) where
        * the self-test found vmstate, else G->jit_base is not NULL */
       int in_trace;
-      if (!lp_read(lp_jit_base, &jb, 8)) jb = 1;   /* unknown: not outside traces */
+      jb = LP_G64(lp_jit_base);
       in_trace = vs ? e->vms >= 0 : jb != 0;
       if (in_trace && jb > 1 && lp_lb_mode != 2) n = lp_walk(jb, e->pcs, 1);
     }
@@ -261,7 +268,7 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
       uint64_t l;
       int ffid;
       lp_cbeg = lp_cend = 0;
-      if (in_vm < 0 && !(lp_read(lp_cur_l, &l, 8) && l && lp_read(l + 32, &lb, 8))) lb = 0;
+      if (in_vm < 0 && !((l = LP_G64(lp_cur_l)) && lp_read(l + 32, &lb, 8))) lb = 0;
       if (lb && lp_func_at(lb, &ffid) && ffid != 0)
         n = lp_walk(lb, e->pcs, 1);
     }
@@ -460,7 +467,7 @@ static int l_disarm(lua_State *L)
   return 1;
 }
 
-/* _private.luaprof_read() -> array of {time, ip, bx, dx, sp, fpc, fn, pcs = {...}},
+/* _private.luaprof_read() -> array of {time, ip, bx, fpc, fn (with a walk), vms, pcs = {...}},
  * dropped (ring full), late (signals that came while disarmed), and the
  * nanoseconds spent walking in the handler so far */
 static int l_read(lua_State *L)
@@ -472,14 +479,14 @@ static int l_read(lua_State *L)
   for (i = lp_tail; i != head; i++) {
     const lp_ent *e = &lp_ring[i % LP_SLOTS];
     uint32_t j;
-    lua_createtable(L, 0, 8);
+    lua_createtable(L, 0, 7);
     pe_push_u64(L, e->time); lua_setfield(L, -2, "time");
     pe_push_u64(L, e->ip); lua_setfield(L, -2, "ip");
     pe_push_u64(L, e->bx); lua_setfield(L, -2, "bx");
-    pe_push_u64(L, e->dx); lua_setfield(L, -2, "dx");
-    pe_push_u64(L, e->sp); lua_setfield(L, -2, "sp");
-    pe_push_u64(L, e->fpc); lua_setfield(L, -2, "fpc");
-    pe_push_u64(L, e->fn); lua_setfield(L, -2, "fn");
+    if (e->n > 0) {     /* a walk: its BASE frame's function */
+      pe_push_u64(L, e->fpc); lua_setfield(L, -2, "fpc");
+      pe_push_u64(L, e->fn); lua_setfield(L, -2, "fn");
+    }
     if (e->vms != LP_NO_VMS) { lua_pushinteger(L, e->vms); lua_setfield(L, -2, "vms"); }
     lua_createtable(L, (int)e->n, 0);
     for (j = 0; j < e->n; j++) {

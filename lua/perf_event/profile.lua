@@ -60,6 +60,9 @@ local M = {}
 -- x86-64 perf register bits (asm/perf_regs.h): bx 1, dx 3, bp 6, sp 7, ip 8
 local REG_BX, REG_DX, REG_BP, REG_SP, REG_IP = 1, 3, 6, 7, 8
 local REGS_MASK = 2^REG_BX + 2^REG_DX + 2^REG_BP + 2^REG_SP + 2^REG_IP
+-- the profile's own samples: rbx (the interpreter's PC) is all _leaf reads
+-- (each register is one more field to decode per sample)
+local PROFILE_REGS = 2^REG_BX
 
 -- ---------------------------------------------------------------- clock
 
@@ -389,6 +392,7 @@ function Reg:trace_event(what, tr, func, pc)
         self.perfmap:write(format("%x %x %s [trace %d]\n", mc, size, frame_name(info, e.line), tr))
         self.perfmap:flush()
       end
+      self.ntraces = (self.ntraces or 0) + 1
       local old = self.live[tr]
       if old then old.t1 = e.t0; self.dead[#self.dead + 1] = old end
       self.live[tr] = e
@@ -847,7 +851,7 @@ function M.start(opts)
                  use_clockid = true, clockid = "monotonic" }
   if mode == "full" then
     st = st .. "|regs_user"
-    spec.sample_regs_user = REGS_MASK
+    spec.sample_regs_user = PROFILE_REGS
   end
   if jit and mode ~= "c" and stack > 0 then
     st = st .. "|stack_user"
