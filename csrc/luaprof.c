@@ -154,14 +154,23 @@ static uint64_t lp_base_fn;       /* and the function itself */
  * or 0 when the word does not look like one: GCHeader's gct (+9) must be
  * ~LJ_TFUNC (8); its ffid (+10) is 0 for a Lua function, 1 for a C
  * function, more for a builtin */
-static uint64_t lp_func_at(uint64_t base, int *ffid)
+static uint64_t lp_fa_base, lp_fa_fn, lp_fa_pc;   /* the last answer, this signal only */
+static int lp_fa_ffid;
+
+static uint64_t lp_func_at(uint64_t base, int *ffid, uint64_t *pc)
 {
-  uint64_t fv, fn;
+  uint64_t fv, fn, w[5];
   uint8_t hdr[2];
+  if (base && base == lp_fa_base) { *ffid = lp_fa_ffid; *pc = lp_fa_pc; return lp_fa_fn; }
   if (base < 16 || !lp_slot(base - 16, &fv)) return 0;
   fn = fv & (((uint64_t)1 << 47) - 1);
-  if (fn < 0x10000 || (fn & 7) || !lp_read(fn + 9, hdr, 2) || hdr[0] != 8) return 0;
+  /* one read: GCHeader's gct and ffid, and GCfuncL.pc at +32 */
+  if (fn < 0x10000 || (fn & 7) || !lp_read(fn, w, sizeof w)) return 0;
+  memcpy(hdr, (const char *)w + 9, 2);
+  if (hdr[0] != 8) return 0;
   *ffid = hdr[1];
+  *pc = w[4];
+  lp_fa_base = base; lp_fa_fn = fn; lp_fa_ffid = hdr[1]; lp_fa_pc = w[4];
   return fn;
 }
 
@@ -190,8 +199,8 @@ static uint32_t lp_walk(uint64_t base, uint64_t *pcs, int strict)
   lp_base_fpc = lp_base_fn = 0;
   if (n > 0) {
     int ffid;
-    uint64_t pc, fn = lp_func_at(start, &ffid);
-    if (fn && lp_read(fn + 32, &pc, 8)) {
+    uint64_t pc, fn = lp_func_at(start, &ffid, &pc);
+    if (fn) {
       lp_base_fpc = pc;
       lp_base_fn = fn;
     }
@@ -232,6 +241,7 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
     uint64_t jb = 0, lb = 0;
     int only = lp_jb_mode == 2 || lp_lb_mode == 2, vs, in_vm = -1;
     n = 0;
+    lp_fa_base = 0;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     e->time = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     e->ip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
@@ -265,11 +275,11 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
        * cur_L->base (lua_State +32) and rdx clobbered. The frame must hold
        * a C function or builtin, so a base left over from an earlier call
        * rarely passes */
-      uint64_t l;
+      uint64_t l, pc;
       int ffid;
       lp_cbeg = lp_cend = 0;
       if (in_vm < 0 && !((l = LP_G64(lp_cur_l)) && lp_read(l + 32, &lb, 8))) lb = 0;
-      if (lb && lp_func_at(lb, &ffid) && ffid != 0)
+      if (lb && lp_func_at(lb, &ffid, &pc) && ffid != 0)
         n = lp_walk(lb, e->pcs, 1);
     }
     /* rdx is not BASE (C called from a trace clobbers it): try the words
