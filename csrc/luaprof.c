@@ -41,6 +41,7 @@ typedef struct lp_ent {
   uint64_t fn;                  /* that function (a GCfunc address), or 0 */
   int32_t vms;                  /* G->vmstate when it was read, else 1 << 30 */
   uint32_t n;
+  uint32_t out;                 /* 1: not in Lua (vmstate C, sp above cur_L's cframe) */
   uint64_t pcs[LP_DEPTH];
 } lp_ent;
 
@@ -242,6 +243,7 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
     int only = lp_jb_mode == 2 || lp_lb_mode == 2, vs, in_vm = -1;
     n = 0;
     lp_fa_base = 0;
+    e->out = 0;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     e->time = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     e->ip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
@@ -256,7 +258,7 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
      * last call and would name a stale caller */
     if (vs && e->vms == LP_VMST_C && lp_cf_ok && lp_cur_l) {
       in_vm = lp_in_vm(e->sp, &lb);
-      if (in_vm == 0) goto done;
+      if (in_vm == 0) { e->out = 1; goto done; }
     }
     n = only ? 0 : lp_walk(e->dx, e->pcs, 0);
     if (n == 0 && lp_jit_base) {
@@ -477,7 +479,8 @@ static int l_disarm(lua_State *L)
   return 1;
 }
 
-/* _private.luaprof_read() -> array of {time, ip, bx, fpc, fn (with a walk), vms, pcs = {...}},
+/* _private.luaprof_read() -> array of {time, ip, bx, fpc, fn (with a walk), vms, out (outside
+ * Lua), pcs = {...}},
  * dropped (ring full), late (signals that came while disarmed), and the
  * nanoseconds spent walking in the handler so far */
 static int l_read(lua_State *L)
@@ -498,6 +501,7 @@ static int l_read(lua_State *L)
       pe_push_u64(L, e->fn); lua_setfield(L, -2, "fn");
     }
     if (e->vms != LP_NO_VMS) { lua_pushinteger(L, e->vms); lua_setfield(L, -2, "vms"); }
+    if (e->out) { lua_pushboolean(L, 1); lua_setfield(L, -2, "out"); }
     lua_createtable(L, (int)e->n, 0);
     for (j = 0; j < e->n; j++) {
       pe_push_u64(L, e->pcs[j]);

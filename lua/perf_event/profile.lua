@@ -1053,7 +1053,10 @@ function Profile:_leaf(rec, sig)
     return frames
   end
   local lua
-  if reg and rec.regs_user and rec.regs_user.bx then
+  -- out: the signal found the thread outside Lua (the host's code after
+  -- lua_resume returned): rbx is not the interpreter's PC there
+  local out = sig and sig.out
+  if reg and not out and rec.regs_user and rec.regs_user.bx then
     local bx = tonumber(rec.regs_user.bx)
     local e = bx and reg:find_bc(bx - 4)
     if e then
@@ -1062,7 +1065,7 @@ function Profile:_leaf(rec, sig)
       lua = { lua = e.info, line = fi and fi.currentline or e.info.linedefined }
     end
   end
-  if not lua and reg and rec.stack_user and rec.stack_user.data
+  if not lua and reg and not out and rec.stack_user and rec.stack_user.data
     and not (sig and self.vms_ok and VMS_NO_TRACE[sig.vms]) then
     local data = rec.stack_user.data
     local n = tonumber(rec.stack_user.dyn_size) or #data
