@@ -41,6 +41,7 @@ typedef struct lp_ent {
   uint64_t fn;                  /* that function (a GCfunc address), or 0 */
   int32_t vms;                  /* G->vmstate when it was read, else 1 << 30 */
   uint32_t n;
+  uint32_t out;                 /* 1: not in Lua (vmstate C, sp above cur_L's cframe) */
   uint64_t pcs[LP_DEPTH];
 } lp_ent;
 
@@ -110,7 +111,32 @@ static int lp_lb_mode;             /* cur_L->base: 0 never, 1 after rdx fails ou
 static uint64_t lp_vmstate;        /* &G->vmstate, or 0 */
 static int lp_vs_mode;             /* 1: vmstate decides which base to try */
 #define LP_VMST_C (~1)             /* ~LJ_VMST_C: the VM runs a C function */
+#define LP_VMST_GC (~2)            /* ~LJ_VMST_GC (a trace's GC step keeps BASE near sp) */
 #define LP_NO_VMS (1 << 30)
+/* The global_State words found at arm (vmstate, cur_L, jit_base) are
+ * loaded directly, not through process_vm_readv (~1.4 us each): the
+ * global_State lives as long as the Lua state the profile was armed in,
+ * and a profile is disarmed before that state closes (stop, __gc) */
+#define LP_G32(a) (*(volatile int32_t *)(uintptr_t)(a))
+#define LP_G64(a) (*(volatile uint64_t *)(uintptr_t)(a))
+static int lp_cf_ok;               /* lua_State.cframe (+80) passed the arm's check */
+#define LP_L_CFRAME 80
+#define LP_CFRAME_SPAN (8u << 20)  /* a C function's stack below the VM's frame */
+
+/* with vmstate ~LJ_VMST_C: whether the interrupted code runs below the
+ * VM's C frame (a lua_CFunction the interpreter called, or what it calls),
+ * rather than outside Lua (the host's own code after lua_resume returned
+ * or yielded: a coroutine out of the VM has cframe NULL). Reads cur_L and
+ * then its base and cframe; *lb gets the base. -1: unknown. */
+static int lp_in_vm(uint64_t sp, uint64_t *lb)
+{
+  uint64_t l, w[(LP_L_CFRAME + 8) / 8], cf;
+  l = LP_G64(lp_cur_l);
+  if (!l || !lp_read(l, w, sizeof w)) return -1;   /* unknown */
+  *lb = w[4];
+  cf = w[LP_L_CFRAME / 8] & ~(uint64_t)3;   /* cframe_raw: the low bits are flags */
+  return cf != 0 && sp < cf && cf - sp < LP_CFRAME_SPAN;
+}
 
 static int lp_ins(uint64_t pc, uint32_t *ins)
 {
@@ -129,14 +155,23 @@ static uint64_t lp_base_fn;       /* and the function itself */
  * or 0 when the word does not look like one: GCHeader's gct (+9) must be
  * ~LJ_TFUNC (8); its ffid (+10) is 0 for a Lua function, 1 for a C
  * function, more for a builtin */
-static uint64_t lp_func_at(uint64_t base, int *ffid)
+static uint64_t lp_fa_base, lp_fa_fn, lp_fa_pc;   /* the last answer, this signal only */
+static int lp_fa_ffid;
+
+static uint64_t lp_func_at(uint64_t base, int *ffid, uint64_t *pc)
 {
-  uint64_t fv, fn;
+  uint64_t fv, fn, w[5];
   uint8_t hdr[2];
+  if (base && base == lp_fa_base) { *ffid = lp_fa_ffid; *pc = lp_fa_pc; return lp_fa_fn; }
   if (base < 16 || !lp_slot(base - 16, &fv)) return 0;
   fn = fv & (((uint64_t)1 << 47) - 1);
-  if (fn < 0x10000 || (fn & 7) || !lp_read(fn + 9, hdr, 2) || hdr[0] != 8) return 0;
+  /* one read: GCHeader's gct and ffid, and GCfuncL.pc at +32 */
+  if (fn < 0x10000 || (fn & 7) || !lp_read(fn, w, sizeof w)) return 0;
+  memcpy(hdr, (const char *)w + 9, 2);
+  if (hdr[0] != 8) return 0;
   *ffid = hdr[1];
+  *pc = w[4];
+  lp_fa_base = base; lp_fa_fn = fn; lp_fa_ffid = hdr[1]; lp_fa_pc = w[4];
   return fn;
 }
 
@@ -165,8 +200,8 @@ static uint32_t lp_walk(uint64_t base, uint64_t *pcs, int strict)
   lp_base_fpc = lp_base_fn = 0;
   if (n > 0) {
     int ffid;
-    uint64_t pc, fn = lp_func_at(start, &ffid);
-    if (fn && lp_read(fn + 32, &pc, 8)) {
+    uint64_t pc, fn = lp_func_at(start, &ffid, &pc);
+    if (fn) {
       lp_base_fpc = pc;
       lp_base_fn = fn;
     }
@@ -204,43 +239,55 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
     lp_ent *e = &lp_ring[lp_head % LP_SLOTS];
     struct timespec ts;
     uint32_t n;
-    uint64_t jb = 0;
-    int only = lp_jb_mode == 2 || lp_lb_mode == 2;
+    uint64_t jb = 0, lb = 0;
+    int only = lp_jb_mode == 2 || lp_lb_mode == 2, vs, in_vm = -1;
+    n = 0;
+    lp_fa_base = 0;
+    e->out = 0;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     e->time = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     e->ip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
     e->bx = (uint64_t)uc->uc_mcontext.gregs[REG_RBX];
     e->dx = (uint64_t)uc->uc_mcontext.gregs[REG_RDX];
     e->sp = (uint64_t)uc->uc_mcontext.gregs[REG_RSP];
-    n = only ? 0 : lp_walk(e->dx, e->pcs, 0);
     e->vms = LP_NO_VMS;
-    if (n == 0 && lp_vmstate && !lp_read(lp_vmstate, &e->vms, 4)) e->vms = LP_NO_VMS;
+    if (lp_vmstate) e->vms = LP_G32(lp_vmstate);
+    vs = lp_vs_mode && e->vms != LP_NO_VMS;
+    /* ~LJ_VMST_C outside the VM's C frame: the host's own code (nginx's
+     * event loop), no Lua stack to walk; cur_L->base there is left from the
+     * last call and would name a stale caller */
+    if (vs && e->vms == LP_VMST_C && lp_cf_ok && lp_cur_l) {
+      in_vm = lp_in_vm(e->sp, &lb);
+      if (in_vm == 0) { e->out = 1; goto done; }
+    }
+    n = only ? 0 : lp_walk(e->dx, e->pcs, 0);
     if (n == 0 && lp_jit_base) {
       /* whether a trace runs: G->vmstate holds its number (>= 0) where
        * the self-test found vmstate, else G->jit_base is not NULL */
       int in_trace;
-      if (!lp_read(lp_jit_base, &jb, 8)) jb = 1;   /* unknown: not outside traces */
-      in_trace = lp_vs_mode && e->vms != LP_NO_VMS ? e->vms >= 0 : jb != 0;
+      jb = LP_G64(lp_jit_base);
+      in_trace = vs ? e->vms >= 0 : jb != 0;
       if (in_trace && jb > 1 && lp_lb_mode != 2) n = lp_walk(jb, e->pcs, 1);
     }
     if (n == 0 && lp_jit_base && lp_cur_l && lp_lb_mode && lp_jb_mode != 2
-        && (lp_vs_mode && e->vms != LP_NO_VMS ? e->vms < 0 : jb == 0)) {
+        && (vs ? e->vms < 0 : jb == 0)) {
       /* outside traces, a C function the interpreter called (BC_FUNCC),
        * or a C helper a builtin calls (tostring's number formatting, with
        * vmstate still INTERP), runs with its frame's BASE stored in
        * cur_L->base (lua_State +32) and rdx clobbered. The frame must hold
        * a C function or builtin, so a base left over from an earlier call
        * rarely passes */
-      uint64_t l, lb;
+      uint64_t l, pc;
       int ffid;
       lp_cbeg = lp_cend = 0;
-      if (lp_read(lp_cur_l, &l, 8) && l && lp_read(l + 32, &lb, 8)
-          && lp_func_at(lb, &ffid) && ffid != 0)
+      if (in_vm < 0 && !((l = LP_G64(lp_cur_l)) && lp_read(l + 32, &lb, 8))) lb = 0;
+      if (lb && lp_func_at(lb, &ffid, &pc) && ffid != 0)
         n = lp_walk(lb, e->pcs, 1);
     }
-    if (n == 0 && !only) {
-      /* rdx is not BASE (C called from a trace clobbers it): try the
-       * words near sp, where a trace keeps BASE spilled */
+    /* rdx is not BASE (C called from a trace clobbers it): try the words
+     * near sp, where a trace keeps BASE spilled. Only while a trace runs
+     * (or its GC step), when vmstate tells */
+    if (n == 0 && !only && (!vs || e->vms >= 0 || e->vms == LP_VMST_GC)) {
       uint64_t words[48];
       if (lp_read(e->sp, words, sizeof words)) {
         int i, tries = 0;
@@ -264,6 +311,7 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
         }
       }
     }
+  done:
     e->n = n;
     e->fpc = n > 0 ? lp_base_fpc : 0;
     e->fn = n > 0 ? lp_base_fn : 0;
@@ -361,6 +409,14 @@ static int l_arm(lua_State *L)
   lp_jit_base = lp_find_jit_base(L);
   lp_cur_l = lp_jit_base ? lp_jit_base - 8 : 0;
   lp_vmstate = lp_find_vmstate(lp_cur_l);
+  {
+    /* this C function runs below the VM's C frame, with cur_L->base its
+     * own BASE: lp_in_vm must say so, or it is not used */
+    uint64_t lb = 0, mine = 1;
+    volatile int here = 0;
+    lp_cf_ok = lp_cur_l && lp_in_vm((uint64_t)(uintptr_t)&here, &lb) == 1
+               && lp_read((uint64_t)(uintptr_t)L + 32, &mine, 8) && lb == mine;
+  }
   lp_vs_mode = lua_isnoneornil(L, 6) ? 0 : pe_check_int(L, 6, "vmstate_mode", 0, 1);
   if (!lp_jb_mode) lp_jit_base = 0;
   memset(lp_callop, 0, sizeof lp_callop);
@@ -423,7 +479,8 @@ static int l_disarm(lua_State *L)
   return 1;
 }
 
-/* _private.luaprof_read() -> array of {time, ip, bx, dx, sp, fpc, fn, pcs = {...}},
+/* _private.luaprof_read() -> array of {time, ip, bx, fpc, fn (with a walk), vms, out (outside
+ * Lua), pcs = {...}},
  * dropped (ring full), late (signals that came while disarmed), and the
  * nanoseconds spent walking in the handler so far */
 static int l_read(lua_State *L)
@@ -435,15 +492,16 @@ static int l_read(lua_State *L)
   for (i = lp_tail; i != head; i++) {
     const lp_ent *e = &lp_ring[i % LP_SLOTS];
     uint32_t j;
-    lua_createtable(L, 0, 8);
+    lua_createtable(L, 0, 7);
     pe_push_u64(L, e->time); lua_setfield(L, -2, "time");
     pe_push_u64(L, e->ip); lua_setfield(L, -2, "ip");
     pe_push_u64(L, e->bx); lua_setfield(L, -2, "bx");
-    pe_push_u64(L, e->dx); lua_setfield(L, -2, "dx");
-    pe_push_u64(L, e->sp); lua_setfield(L, -2, "sp");
-    pe_push_u64(L, e->fpc); lua_setfield(L, -2, "fpc");
-    pe_push_u64(L, e->fn); lua_setfield(L, -2, "fn");
+    if (e->n > 0) {     /* a walk: its BASE frame's function */
+      pe_push_u64(L, e->fpc); lua_setfield(L, -2, "fpc");
+      pe_push_u64(L, e->fn); lua_setfield(L, -2, "fn");
+    }
     if (e->vms != LP_NO_VMS) { lua_pushinteger(L, e->vms); lua_setfield(L, -2, "vms"); }
+    if (e->out) { lua_pushboolean(L, 1); lua_setfield(L, -2, "out"); }
     lua_createtable(L, (int)e->n, 0);
     for (j = 0; j < e->n; j++) {
       pe_push_u64(L, e->pcs[j]);

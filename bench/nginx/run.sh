@@ -72,6 +72,7 @@ done
 curl -sf "http://127.0.0.1:$PORT/perf/sampler?on=1&lua=1&hz=1000" >/dev/null
 $WRK -t1 -c"$CONNS" -d1s "http://127.0.0.1:$PORT/hello" >/dev/null
 curl -sf "http://127.0.0.1:$PORT/perf/sampler?on=0" >/dev/null
+curl -sf "http://127.0.0.1:$PORT/perf/always?stats=1&reset=1" >/dev/null   # its cost figures: the rounds only
 
 run() {   # $1 = mode -> prints "requests/s cpu-us-per-request"
   case $1 in baseline|sampler*|lua*) u=hello ;; *) u=$1 ;; esac

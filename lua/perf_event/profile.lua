@@ -60,6 +60,9 @@ local M = {}
 -- x86-64 perf register bits (asm/perf_regs.h): bx 1, dx 3, bp 6, sp 7, ip 8
 local REG_BX, REG_DX, REG_BP, REG_SP, REG_IP = 1, 3, 6, 7, 8
 local REGS_MASK = 2^REG_BX + 2^REG_DX + 2^REG_BP + 2^REG_SP + 2^REG_IP
+-- the profile's own samples: rbx (the interpreter's PC) is all _leaf reads
+-- (each register is one more field to decode per sample)
+local PROFILE_REGS = 2^REG_BX
 
 -- ---------------------------------------------------------------- clock
 
@@ -389,6 +392,7 @@ function Reg:trace_event(what, tr, func, pc)
         self.perfmap:write(format("%x %x %s [trace %d]\n", mc, size, frame_name(info, e.line), tr))
         self.perfmap:flush()
       end
+      self.ntraces = (self.ntraces or 0) + 1
       local old = self.live[tr]
       if old then old.t1 = e.t0; self.dead[#self.dead + 1] = old end
       self.live[tr] = e
@@ -814,13 +818,23 @@ end
 -- @treturn[1] table the profile
 -- @treturn[2] nil
 -- @treturn[2] string why the event could not be opened
+local drain_fns   -- the functions of a drain's resolution (defined at the end)
+
 function M.start(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("profile.start: opts must be a table", 2) end
   local pe = pe_module()
   local p = setmetatable({ event = opts.event or "cpu-clock", nsamples = 0, lost = 0,
                            stacks = false, running = false, samples = {} }, Profile)
-  if opts.keep == false then p.keep, p.counts, p.nstacks = false, {}, 0 end
+  if opts.keep == false then
+    p.keep, p.counts, p.nstacks = false, {}, 0
+    -- an aggregated profile drains a few samples at a time, of every shape
+    -- (a C leaf, a walk of any depth, a trace): compiled, the resolution
+    -- kept making side traces (about 40 a second at 1 kHz in nginx, each
+    -- compile charged to the drain). Interpreted, a drain costs about as
+    -- much per sample, without them. For the whole process
+    if jit then for _, f in ipairs(drain_fns()) do jit.off(f) end end
+  end
   local mode, reason = "c", "not LuaJIT"
   if jit and opts.lua ~= false then
     local lay = check_layout()
@@ -847,7 +861,7 @@ function M.start(opts)
                  use_clockid = true, clockid = "monotonic" }
   if mode == "full" then
     st = st .. "|regs_user"
-    spec.sample_regs_user = REGS_MASK
+    spec.sample_regs_user = PROFILE_REGS
   end
   if jit and mode ~= "c" and stack > 0 then
     st = st .. "|stack_user"
@@ -912,6 +926,7 @@ function M.start(opts)
     p.builtins = M.builtins()
     if not ok then p.stacks = false; p.stacks_reason = aerr end
     p.jit_base = regs_check.jit_base
+    p.vms_ok = regs_check.vmstate.ok
     p.walk_ns0 = tonumber((select(4, LP.luaprof_read())))
     p.sig_throttled0 = tonumber((select(7, LP.luaprof_read())))
   end
@@ -999,7 +1014,7 @@ local function callers(reg, sig)
 end
 
 function Profile:_resolve(rec, sig)
-  local leaf = self:_leaf(rec)
+  local leaf = self:_leaf(rec, sig)
   if not sig or not self.reg then return leaf end
   local up = callers(self.reg, sig)
   if #up == 0 then return leaf end
@@ -1024,7 +1039,11 @@ function Profile:_resolve(rec, sig)
   return up
 end
 
-function Profile:_leaf(rec)
+-- G->vmstate at the signal (the self-tested one): ~LJ_VMST_INTERP or
+-- ~LJ_VMST_C, no trace runs, so no word of the stack is a trace's caller
+local VMS_NO_TRACE = { [-1] = true, [-2] = true }
+
+function Profile:_leaf(rec, sig)
   local reg, sym = self.reg, self.sym
   local ip = tonumber(rec.ip)
   local frames = {}
@@ -1034,7 +1053,10 @@ function Profile:_leaf(rec)
     return frames
   end
   local lua
-  if reg and rec.regs_user and rec.regs_user.bx then
+  -- out: the signal found the thread outside Lua (the host's code after
+  -- lua_resume returned): rbx is not the interpreter's PC there
+  local out = sig and sig.out
+  if reg and not out and rec.regs_user and rec.regs_user.bx then
     local bx = tonumber(rec.regs_user.bx)
     local e = bx and reg:find_bc(bx - 4)
     if e then
@@ -1043,7 +1065,8 @@ function Profile:_leaf(rec)
       lua = { lua = e.info, line = fi and fi.currentline or e.info.linedefined }
     end
   end
-  if not lua and reg and rec.stack_user and rec.stack_user.data then
+  if not lua and reg and not out and rec.stack_user and rec.stack_user.data
+    and not (sig and self.vms_ok and VMS_NO_TRACE[sig.vms]) then
     local data = rec.stack_user.data
     local n = tonumber(rec.stack_user.dyn_size) or #data
     if n > #data then n = #data end
@@ -1317,6 +1340,11 @@ function M.selftest()
   if not lay.ok then return { ok = false, reason = lay.reason, layout = lay } end
   local rc = check_regs(pe_module())
   return { ok = rc.ok, reason = rc.reason, layout = lay, regs = rc }
+end
+
+drain_fns = function()
+  return { Profile.drain, Profile._resolve, Profile._leaf, Profile._count, Profile._prune, callers,
+           Reg.find_trace, Reg.find_bc, last_at_or_below, le_u64 }
 end
 
 return M

@@ -262,10 +262,14 @@ local always_rec = {}      -- reused by records(t): no table per sample
 local drain_timer = false  -- the ngx.timer.every of this worker, once made
 local drain_cpu = 0        -- CPU seconds (os.clock) spent draining always_lua
 local drains = 0          -- how many drains that took
+local lua_next_drain = 0  -- ngx.now() from which the timer drains always_lua again
+local stats_zero = {}     -- the profile's counts at the last ?stats=1&reset=1
 
 -- the timer's work: reads the C sampler's ring (counting addresses) or
 -- drains the Lua-level profile (resolving and folding its samples)
-local function drain_always()
+-- (force: every sample now, as on pause; the timer passes `premature`,
+-- true when the worker exits)
+local function drain_always(force)
   local ev = always
   if ev then
     for rec in ev:records(always_rec) do
@@ -276,7 +280,12 @@ local function drain_always()
     end
   end
   local p = always_lua
-  if p and lua_on then
+  -- a drain costs a fixed part (the ring's and the signal ring's reads,
+  -- the JIT's traces of the resolution) besides its samples: drain about
+  -- every 100 samples (at 99 Hz once a second; at 1 kHz every tick), the
+  -- ring (128 KiB, ~400 samples) keeps well ahead
+  if p and lua_on and (force or ngx.now() >= lua_next_drain) then
+    lua_next_drain = ngx.now() + math.min(1, 100 / (p.hz or 1000)) - 0.05
     local t0 = os.clock()
     p:drain()
     drain_cpu = drain_cpu + (os.clock() - t0)
@@ -330,7 +339,7 @@ function M.start_sampler(hz, interval, lua, popts)
         return nil, err
       end
       p.conf, p.hz = conf, o.freq
-      always_lua, drain_cpu, drains = p, 0, 0
+      always_lua, drain_cpu, drains, stats_zero = p, 0, 0, {}
     end
     lua_on = true
     return true
@@ -357,7 +366,7 @@ function M.stop_sampler(close)
   local p = always_lua
   if p and lua_on then
     p.ev:disable()
-    drain_always()
+    drain_always(true)
     lua_on = false
   end
   if close and p then p:stop() end
@@ -410,16 +419,29 @@ function M.stats() return totals, group, always end
 --- Content handler (/perf/always?stats=1): what the always-on Lua-level
 -- profile cost: samples, CPU time of the timer's drains (resolution and
 -- folding) and of the signal-time stack walks, per sample; its distinct
--- stacks; the Lua heap of the worker.
+-- stacks; the Lua heap of the worker; the traces compiled and the JIT
+-- flushes since it started, or since the last `&reset=1` (which zeroes
+-- these figures once printed; the stacks stay).
 function M.sampler_stats()
   ngx.header.content_type = "text/plain"
   local p = always_lua
   if not p then ngx.say("no Lua sampler") return end
-  local n = math.max(p.nsamples, 1)
+  local z = stats_zero
+  local ns = p.nsamples - (z.nsamples or 0)
+  local n = math.max(ns, 1)
   ngx.say(string.format("samples %d lost %d stacks %d drains %d drain_us_per_sample %.2f" ..
-                        " walk_us_per_sample %.2f lua_heap_kb %d",
-                        p.nsamples, p.lost, p.nstacks or 0, drains, drain_cpu * 1e6 / n,
-                        (p.walk_ns or 0) / 1e3 / n, collectgarbage("count")))
+                        " walk_us_per_sample %.2f lua_heap_kb %d traces %d jit_flushes %d",
+                        ns, p.lost - (z.lost or 0), p.nstacks or 0, drains, drain_cpu * 1e6 / n,
+                        ((p.walk_ns or 0) - (z.walk_ns or 0)) / 1e3 / n, collectgarbage("count"),
+                        (p.reg and p.reg.ntraces or 0) - (z.ntraces or 0), p.reg and p.reg.nflush or 0))
+  if ngx.var.arg_reset == "1" then
+    -- the figures from now on (after a warm-up, whose first drains read
+    -- the symbol tables of nginx and its libraries)
+    if p.running then p:drain() end
+    stats_zero = { nsamples = p.nsamples, lost = p.lost, walk_ns = p.walk_ns,
+                   ntraces = p.reg and p.reg.ntraces }
+    drain_cpu, drains = 0, 0
+  end
 end
 
 --- The always-on Lua-level profile of this worker, or nil (for a handler
