@@ -286,7 +286,9 @@ describe("pe.profile", function()
     local line = debug.getinfo(planted_before, "S").linedefined
     local b = share["planted_before@spec/profile_spec.lua:" .. line] or 0
     local a = share["anon@after:1"] or 0
-    assert.is_true(b >= 20 and a >= 20 and a + b >= 85, string.format("before %.1f after %.1f", b, a))
+    -- the rest is the loop's own line and, under ASan, its interceptors
+    local both = os.getenv("PE_SUITE") == "asan" and 75 or 85
+    assert.is_true(b >= 20 and a >= 20 and a + b >= both, string.format("before %.1f after %.1f", b, a))
   end)
 
   for _, mode in ipairs({ "interp", "jit" }) do
