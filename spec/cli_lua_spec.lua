@@ -10,6 +10,13 @@ local interp = U.lua_cmd()
 local build = os.getenv("PE_BUILD") or "build"
 local PATHS = "LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='" .. build .. "/?.so;;' "
 local have_luajit = U.sh("command -v luajit") ~= ""
+-- the profiled child is luajit whatever the suite: its shares against -jp
+-- (several seconds of CPU each) are checked once, in the luajit suite; the
+-- other suites run luaperf's own code through the other tests
+local function shares_suite()
+  U.need((os.getenv("PE_SUITE") or "luajit") == "luajit",
+         "the child is luajit in every suite: its shares are checked in the luajit suite")
+end
 
 -- three hot functions, each a loop of bytecode only; the share of each is
 -- fixed by its work.  arg: MODE (jit | interp), CPU seconds to run
@@ -135,6 +142,7 @@ describe("luaperf record --lua -- CMD", function()
   for _, mode in ipairs({ "jit", "interp" }) do
     it("names the hot functions at lines inside them, with -jp's shares (" .. mode .. ")", function()
       U.need(have_luajit, "luajit is not on PATH")
+      shares_suite()
       local out = tmp()
       local text, rc = run("record --lua -F 999 -o " .. out .. " -- luajit -jp=Fi1m0 " .. script .. " "
                            .. mode .. " 2")
@@ -285,6 +293,7 @@ describe("luaperf record --lua -p PID", function()
     it("names the hot functions of a process started with perf_event.luamap, with -jp's shares (" .. mode .. ")",
        function()
       U.need(have_luajit, "luajit is not on PATH")
+      shares_suite()
       local pid, jpf = start(mode, 3, { jp = true })
       local map = "/tmp/perf-" .. pid .. ".map"
       finally(function() wait_gone(pid) os.remove(jpf) os.remove(map) end)
