@@ -117,9 +117,9 @@ local function jp_shares(text)
   return jp, s
 end
 
-local function close_to(jp, ours, what)
+local function close_to(jp, ours, what, points)
   for _, k in ipairs({ "alpha", "beta", "gamma" }) do
-    assert.is_true(math.abs(jp[k] - ours[k]) <= 5,
+    assert.is_true(math.abs(jp[k] - ours[k]) <= (points or 5),
                    ("%s %s: -jp %.1f%%, luaperf %.1f%%"):format(what, k, jp[k], ours[k]))
   end
   -- the largest share is the same function
@@ -328,7 +328,11 @@ describe("luaperf record --lua -p PID", function()
       f:close()
       local jp, js = jp_shares(jtext)
       assert.is_true(js > 0, "no -jp output: " .. jtext)
-      close_to(jp, ours, mode .. " -p")
+      -- -jp covers the whole run, luaperf -p the 1 s window it attaches
+      -- for: the mix of the three loops in that window varies with the
+      -- load (gamma 46 % against 53.7 % once while the suite ran as a user
+      -- alongside), so the bound is wider than in-process's 5 points
+      close_to(jp, ours, mode .. " -p", 10)
     end)
   end
 
