@@ -1033,9 +1033,16 @@ function Profile:_resolve(rec, sig)
   -- the leaf's own Lua frame, when it is the same function, replaces the
   -- walk's base function (a different one was inlined into its trace)
   local last = up[#up]
-  if last.base and leaf[1].lua and leaf[1].lua == last.lua then up[#up] = nil end
+  if last.base and leaf[1].lua and leaf[1].lua == last.lua then up[#up] = nil
+  elseif last.base and leaf[1].caller and leaf[1].lua ~= last.lua then
+    -- the stack scan took a stale return address (a trace of a function
+    -- called earlier, left in an unused slot) where the walk found the
+    -- frame that runs: the walk wins (its frame is the leaf when no C
+    -- frame is left)
+    table.remove(leaf, 1)
+  end
   for _, f in ipairs(leaf) do up[#up + 1] = f end
-  up.nleaf = #leaf
+  up.nleaf = #leaf > 0 and #leaf or 1
   return up
 end
 
