@@ -43,13 +43,14 @@
 -- (LuaJIT's prototypes and traces by address), selftest.lua (the checks of
 -- LuaJIT's internals, `selftest`), resolve.lua (a LuaJIT sample's frames,
 -- `drain`), hook.lua (PUC Lua's hook mode), aggregate.lua (counts,
--- `aggregate`, `folded`, `top`, `kinds`), raw.lua (clock, addresses, words).
+-- `aggregate`, `folded`, `top`, `kinds`), opts.lua (what each option of
+-- `start` must be), raw.lua (clock, addresses, words).
 -- @module perf_event.profile
 
 local format = string.format
 local floor = math.floor
-local type, tonumber, tostring, pairs, ipairs, select, setmetatable, pcall, rawget, require, error =
-  type, tonumber, tostring, pairs, ipairs, select, setmetatable, pcall, rawget, require, error
+local tonumber, pairs, ipairs, select, setmetatable, pcall, rawget, require, error =
+  tonumber, pairs, ipairs, select, setmetatable, pcall, rawget, require, error
 local io, os = io, os
 
 local raw = require("perf_event.profile.raw")
@@ -59,6 +60,7 @@ local selftest = require("perf_event.profile.selftest")
 local hook = require("perf_event.profile.hook")
 local resolve = require("perf_event.profile.resolve")
 local aggregate = require("perf_event.profile.aggregate")
+local options = require("perf_event.profile.opts")
 local now = raw.now
 local check_layout, check_regs = selftest.check_layout, selftest.check_regs
 
@@ -103,23 +105,36 @@ local function drain_fns()
 end
 
 --- Starts sampling this thread.
--- @tparam[opt] table opts `event` ("cpu-clock"), `freq` (999 Hz) or
---   `period` (in event units), `pages` (ring pages, a power of two; 512, or 64 when
+-- A caller's mistake raises at the caller's line, naming the option: opts
+-- not a table, an unknown option name (with the closest known one: "did
+-- you mean 'freq'?"), a value of the wrong type, a rate, size or count
+-- that is not a positive integer (`stack` may be 0, `pages` must be a
+-- power of two, `hook_count`, `hook_slots` and `depth` within the ranges
+-- below), `hook` not "signal" or "count", `freq` and `period` together.
+-- What the kernel refuses (an unknown event, a rate above
+-- perf_event_max_sample_rate, a `stack` not a multiple of 8 below 65536)
+-- is returned as `nil, err`.
+-- @tparam[opt] table opts `event` (string, "cpu-clock"), `freq` (integer
+--   > 0, samples per second: 999) or `period` (integer > 0, in event
+--   units: ns for the clocks), `pages` (ring pages, a power of two; 512, or 64 when
 --   2 MiB cannot be locked),
---   `stack` (bytes of user stack per sample scanned for a trace caller,
---   256; 0 disables), `stacks` (false: no signal-time walk of the Lua
---   callers, leaf frames only), `lua` (false: C leaf frames only), `perfmap`
---   (true: append each trace to /tmp/perf-PID.map for the perf tool),
---   `keep` (false: fold each sample into per-stack counts at drain instead
+--   `stack` (integer >= 0, bytes of user stack per sample scanned for a trace caller,
+--   256; 0 disables), `stacks` (boolean; false: no signal-time walk of the Lua
+--   callers, leaf frames only), `lua` (boolean; false: C leaf frames only), `perfmap`
+--   (boolean; true: append each trace to /tmp/perf-PID.map for the perf tool),
+--   `keep` (boolean; false: fold each sample into per-stack counts at drain instead
 --   of keeping `p.samples`, so memory is bounded by the distinct stacks);
 --   on PUC Lua `hook` ("signal", the default on 5.2+, or "count", the
---   default on 5.1), `hook_count` (1000 instructions), `depth` (64 frames)
+--   default on 5.1), `hook_count` (1..1e9 instructions: 1000), `hook_slots`
+--   (16..2^20 captures held between drains: 8192), `depth` (1..1024 frames: 64);
+--   LuaJIT takes the hook options and does not use them, as PUC Lua does `stack`
 -- @treturn[1] table the profile
 -- @treturn[2] nil
 -- @treturn[2] string why the event could not be opened
 function M.start(opts)
+  local bad = options.check(opts)
+  if bad then error(bad, 2) end
   opts = opts or {}
-  if type(opts) ~= "table" then error("profile.start: opts must be a table", 2) end
   local pe = pe_module()
   local p = setmetatable({ event = opts.event or "cpu-clock", nsamples = 0, lost = 0,
                            stacks = false, running = false, samples = {} }, Profile)
@@ -147,9 +162,6 @@ function M.start(opts)
   elseif opts.lua == false then
     reason = "lua=false"
   elseif pe.core._private.luahook_start then
-    if opts.hook ~= nil and opts.hook ~= "signal" and opts.hook ~= "count" then
-      error("profile.start: hook must be \"signal\" or \"count\", got " .. tostring(opts.hook), 2)
-    end
     mode, reason = "hook", nil
   end
   p.mode, p.reason = mode, reason
