@@ -398,7 +398,7 @@ static int l_read(lua_State *L)
   return 6;
 }
 
-/* the three functions go to core._private (profile.lua's hook mode) */
+/* the three functions go to core._private (lua/perf_event/profile/hook.lua) */
 void pe_open_luahook(lua_State *L)
 {
   static const luaL_Reg fns[] = {

@@ -521,7 +521,7 @@ static int l_read(lua_State *L)
   return 7;
 }
 
-/* the three functions go to core._private (profile.lua's hooks, not API) */
+/* the three functions go to core._private (lua/perf_event/profile/, not API) */
 void pe_open_luaprof(lua_State *L)
 {
   static const luaL_Reg fns[] = {

@@ -317,7 +317,7 @@ local FORBIDDEN = {
 
 local function lua_files()
   local out = {}
-  for f in sh("ls lua/perf_event/*.lua lua/*.lua bin/luaperf"):gmatch("[^\n]+") do
+  for f in sh("ls lua/perf_event/*.lua lua/perf_event/*/*.lua lua/*.lua bin/luaperf"):gmatch("[^\n]+") do
     if f:find("^[%w_/%.]+$") then out[#out + 1] = f end
   end
   return out

@@ -109,10 +109,20 @@ end)
 describe("the library's source", function()
   it("has no io.popen or os.execute in lua/perf_event/ or bin/luaperf", function()
     local files = { "bin/luaperf" }
-    for _, f in ipairs(require("perf_event.fs").list("lua/perf_event")) do
-      if f:find("%.lua$") then files[#files + 1] = "lua/perf_event/" .. f end
+    local fs = require("perf_event.fs")
+    local nsub = 0
+    for _, f in ipairs(fs.list("lua/perf_event")) do
+      if f:find("%.lua$") then
+        files[#files + 1] = "lua/perf_event/" .. f
+      else
+        -- a module's folder (perf_event.profile's files)
+        for _, g in ipairs(fs.list("lua/perf_event/" .. f)) do
+          if g:find("%.lua$") then files[#files + 1] = "lua/perf_event/" .. f .. "/" .. g; nsub = nsub + 1 end
+        end
+      end
     end
     assert.is_true(#files >= 12)
+    assert.is_true(nsub >= 2)
     local hits = {}
     for _, path in ipairs(files) do
       local n = 0

@@ -356,7 +356,7 @@ print("result", p.mode, p.nsamples, p.nhooked, p:top(1)[1].name)
     -- a caller's mistake raises, pointing at the caller
     local ok, err = pcall(pe.profile.start, { hook = "often" })
     assert.is_false(ok)
-    assert.matches('hook must be "signal" or "count", got often', err, 1, true)
+    assert.matches([[option 'hook' must be "signal" or "count", got often]], err, 1, true)
     assert.is_nil(debug.gethook())
   end)
 

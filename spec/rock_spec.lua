@@ -251,12 +251,27 @@ describe("the rock", function()
     assert.truthy(syms:find(" T luaopen_perf_event_core\n", 1, true), syms)
   end)
 
-  it("installs every lua/perf_event/*.lua and luaperf", function()
+  it("installs every lua/perf_event/*.lua, lua/perf_event/*/*.lua and luaperf", function()
     local b = build()
     assert.are.equal(0, b.rc, b.out)
     local want, got = ls(b.src .. "/lua/perf_event/*.lua"), ls(b.lua .. "/perf_event/*.lua")
     assert.are.same(want, got)
     assert.truthy(#want >= 10, table.concat(want, " "))
+    -- the modules' folders: perf_event.profile is lua/perf_event/profile/init.lua and its parts
+    local function ls2(dir)
+      local names = {}
+      for name in sh("cd " .. q(dir) .. " && ls -d */*.lua"):gmatch("%S+") do names[#names + 1] = name end
+      table.sort(names)
+      return names
+    end
+    want, got = ls2(b.src .. "/lua/perf_event"), ls2(b.lua .. "/perf_event")
+    assert.are.same(want, got)
+    assert.truthy(#want >= 2, table.concat(want, " "))
+    local out, rc = sh(("cd /tmp && LUA_PATH=%s LUA_CPATH=%s %s -e %s"):format(
+      q(b.lua .. "/?.lua;" .. b.lua .. "/?/init.lua;;"), q(b.lib .. "/?.so;;"), rock.interp,
+      q('print(debug.getinfo(require("perf_event.profile").start, "S").source)')))
+    assert.are.equal(0, rc, out)
+    assert.truthy(out:find("@" .. b.lua .. "/perf_event/profile/init.lua", 1, true), out)
     assert.are.equal(0, select(2, sh("test -x " .. q(b.tree .. "/bin/luaperf"))))
   end)
 

@@ -15,7 +15,7 @@
 -- `luaperf record --lua -- CMD` loads this module into CMD through LUA_INIT.
 -- @module perf_event.autoprofile
 
-local os, io, tonumber, tostring, setmetatable = os, io, tonumber, tostring, setmetatable
+local os, io, tonumber, tostring, setmetatable, pcall = os, io, tonumber, tostring, setmetatable, pcall
 local profile = require("perf_event").profile
 
 local function env_number(name)
@@ -24,9 +24,12 @@ local function env_number(name)
 end
 
 local period = env_number("PE_PROFILE_PERIOD")
-local p, err = profile.start({ event = os.getenv("PE_PROFILE_EVENT") or "cpu-clock",
+-- a value start refuses (PE_PROFILE_FREQ=0) is said like an event that
+-- cannot be opened: the run goes on unprofiled
+local started, p, err = pcall(profile.start, { event = os.getenv("PE_PROFILE_EVENT") or "cpu-clock",
                                period = period, freq = not period and (env_number("PE_PROFILE_FREQ") or 999) or nil,
                                pages = env_number("PE_PROFILE_PAGES") })
+if not started then p, err = nil, p end
 if not p then
   io.stderr:write("perf_event.autoprofile: ", tostring(err), "\n")
   return false

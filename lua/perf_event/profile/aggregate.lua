@@ -1,0 +1,187 @@
+--- perf_event.profile.aggregate: a profile's stacks, stored or counted,
+-- and what reads them (not a public interface, but for the methods init.lua
+-- puts in the Profile class): `keep=false`'s per-stack counts (`_count`,
+-- its bounded symbol memo, `_prune`), and `reset`, `aggregate`, `folded`,
+-- `top`, `kinds`, which the exporters read.
+-- @module perf_event.profile.aggregate
+
+local table = table
+local concat, sort = table.concat, table.sort
+local pairs, ipairs, setmetatable, require = pairs, ipairs, setmetatable, require
+
+local frame_name = require("perf_event.profile.naming").frame_name
+
+local M = {}
+-- the Profile methods of this file (init.lua puts them in the class)
+local Profile = {}
+M.methods = Profile
+
+-- a frame's text: a C frame's name, a Lua frame's name with the sampled
+-- line (`lines`) or the line that defines the function
+local function frame_text(f, lines)
+  if f.c then return f.c end
+  return frame_name(f.lua, lines and f.line or nil)
+end
+
+local info_ids, next_info_id = setmetatable({}, { __mode = "k" }), 0
+
+-- folds one resolved sample into self.counts: the key tells apart what
+-- aggregate's options may keep apart (line, trace), and is cheap to build
+function Profile:_count(frames)
+  local parts = {}
+  for i = 1, #frames do
+    local f = frames[i]
+    if f.c then
+      parts[i] = f.c
+    else
+      local id = info_ids[f.lua]
+      if not id then next_info_id = next_info_id + 1; id = next_info_id; info_ids[f.lua] = id end
+      parts[i] = (f.caller and "@" or "") .. id .. ":" .. (f.line or "") .. ":" .. (f.trace or "")
+    end
+  end
+  local k = concat(parts, ";", 1, #frames) .. "/" .. (frames.nleaf or "")
+  local e = self.counts[k]
+  if e then e.count = e.count + 1
+  else self.counts[k] = { frames = frames, count = 1 }; self.nstacks = self.nstacks + 1 end
+end
+
+-- an aggregated profile sees the same C addresses again and again (a
+-- lookup costs 3-6 us): its symbols answer through a bounded memo, made
+-- anew when the maps are reread
+function Profile:_memo_sym()
+  local raw = self.sym_raw or self.sym
+  self.sym_raw = raw
+  local memo, n = {}, 0
+  return {
+    load_maps = function(_, pid) return raw:load_maps(pid) end,
+    lookup = function(_, ip, pid)
+      local e = memo[ip]
+      if not e then
+        if n >= 4096 then memo, n = {}, 0 end
+        e = { raw:lookup(ip, pid) }
+        memo[ip], n = e, n + 1
+      end
+      return e[1], e[2], e[3]
+    end,
+  }
+end
+
+-- a trace closed by a flush before this drain began matches no sample
+-- still to come: forget it (the registry would grow with every flush)
+function Profile:_prune(t)
+  local reg = self.reg
+  if not reg or #reg.dead == 0 then return end
+  local keep = {}
+  for _, d in ipairs(reg.dead) do
+    if d.t1 >= t then keep[#keep + 1] = d end
+  end
+  reg.dead = keep
+end
+
+-- calls fn(frames, count) for every stored stack: the samples, or the
+-- per-stack counts of an aggregated profile
+local function each_stack(self, fn)
+  if self.keep == false then
+    for _, e in pairs(self.counts) do fn(e.frames, e.count) end
+  else
+    for _, frames in ipairs(self.samples) do fn(frames, 1) end
+  end
+end
+M.each_stack = each_stack
+
+--- Forgets the stored stacks (the samples, or the per-stack counts), so
+-- that the next read covers what is sampled from now on; `nsamples` and
+-- `lost` keep counting. @treturn table the profile
+function Profile:reset()
+  self.samples = {}
+  if self.keep == false then self.counts, self.nstacks = {}, 0 end
+  return self
+end
+
+--- The samples grouped by stack, most first: the form the exporters
+-- (folded text, pprof, speedscope) read.
+-- @tparam[opt] table opts `lines=false` merges the lines of a function;
+--   `traces=true` keeps stacks through different traces apart; `reset=true`
+--   forgets the stored stacks once read (`p:reset()`)
+-- @treturn table array of `{frames=, count=, key=}` (key: the folded text); `frames` is root first, each
+--   frame either `{lua=info, line=n, trace=N}` (info: `name`, `chunk`,
+--   `linedefined`, `lastlinedefined`) or `{c=name, addr=ip, module=path}`
+--   (addr and module when known)
+function Profile:aggregate(opts)
+  opts = opts or {}
+  local lines = opts.lines ~= false
+  local by, out = {}, {}
+  each_stack(self, function(frames, count)
+    local parts = {}
+    for i, f in ipairs(frames) do
+      local t = frame_text(f, lines)
+      if opts.traces and f.trace then t = t .. " [trace " .. f.trace .. "]" end
+      parts[i] = t
+    end
+    local k = concat(parts, ";")
+    local e = by[k]
+    if not e then e = { frames = frames, count = 0, key = k }; by[k] = e; out[#out + 1] = e end
+    e.count = e.count + count
+  end)
+  if opts.reset then self:reset() end
+  sort(out, function(a, b) if a.count ~= b.count then return a.count > b.count end return a.key < b.key end)
+  return out
+end
+
+--- Folded stacks, root first, one "a;b;c N" line per distinct stack,
+-- sorted by count (most first).
+-- @tparam[opt] table opts `lines=false` names Lua frames by the line that
+--   defines the function instead of the sampled line; `traces=true`
+--   appends `[trace N]` to frames attributed through a trace; `reset=true`
+--   as in aggregate
+-- @treturn string
+function Profile:folded(opts)
+  local out = {}
+  for i, e in ipairs(self:aggregate(opts)) do out[i] = e.key .. " " .. e.count end
+  return concat(out, "\n") .. (#out > 0 and "\n" or "")
+end
+
+--- The hottest functions: each sample counts for its innermost Lua
+-- function (C leaves under a known Lua caller count for the caller), or
+-- for its C leaf when no Lua frame is known.
+-- @tparam[opt] number n how many (all)
+-- @tparam[opt] table opts `by="leaf"` counts the leaf frame instead;
+--   `lines=true` keeps the sampled line in the name; `reset=true` as in
+--   aggregate
+-- @treturn table array of `{name=, count=, share=}` (share in percent),
+--   most first
+function Profile:top(n, opts)
+  opts = opts or {}
+  local counts, total = {}, 0
+  each_stack(self, function(frames, count)
+    local f = frames[#frames]
+    if opts.by ~= "leaf" then
+      for i = #frames, 1, -1 do if frames[i].lua then f = frames[i] break end end
+    end
+    local k = frame_text(f, opts.lines)
+    counts[k] = (counts[k] or 0) + count
+    total = total + count
+  end)
+  if opts.reset then self:reset() end
+  local out = {}
+  for k, c in pairs(counts) do out[#out + 1] = { name = k, count = c, share = 100 * c / total } end
+  sort(out, function(a, b) if a.count ~= b.count then return a.count > b.count end return a.name < b.name end)
+  if n and #out > n then for i = #out, n + 1, -1 do out[i] = nil end end
+  return out
+end
+
+--- How many samples went each way: `trace`, `interp` (PC register),
+-- `caller` (C leaf under a trace found on the stack), `c` (C leaf alone).
+function Profile:kinds()
+  local k = { trace = 0, interp = 0, caller = 0, c = 0 }
+  each_stack(self, function(frames, count)
+    local f = frames[#frames - (frames.nleaf or #frames) + 1]
+    if f.trace and not f.caller then k.trace = k.trace + count
+    elseif f.caller then k.caller = k.caller + count
+    elseif f.lua then k.interp = k.interp + count
+    else k.c = k.c + count end
+  end)
+  return k
+end
+
+return M

@@ -1,0 +1,125 @@
+--- perf_event.profile.naming: how a frame is named (not a public
+-- interface): a Lua function as `name@chunk:line`, its name guessed from
+-- the source line that defines it; a builtin or C function by the name
+-- package.loaded's tables give it (`M.builtins`).
+-- @module perf_event.profile.naming
+
+local format, sub = string.format, string.sub
+local sort = table.sort
+local type, tostring, pairs, ipairs, rawget, require = type, tostring, pairs, ipairs, rawget, require
+local io, debug, package = io, debug, package
+
+local addr_of = require("perf_event.profile.raw").addr_of
+
+local jit = rawget(_G, "jit")
+local ffi, jutil
+if jit then
+  ffi = require("ffi")
+  jutil = require("jit.util")
+end
+
+local M = {}
+
+local src_lines = {}   -- path -> array of lines | false
+
+local function source_line(source, line)
+  if sub(source, 1, 1) ~= "@" then return nil end
+  local path = sub(source, 2)
+  local lines = src_lines[path]
+  if lines == nil then
+    lines = false
+    local f = io.open(path, "r")
+    if f then
+      lines = {}
+      for l in f:lines() do lines[#lines + 1] = l end
+      f:close()
+    end
+    src_lines[path] = lines
+  end
+  return lines and lines[line]
+end
+
+-- "name", from the source text of the line that defines the function
+local function guess_name(source, linedefined)
+  if linedefined == 0 then return "main" end
+  local l = source_line(source, linedefined)
+  if l then
+    local n = l:match("function%s+([%w_%.:]+)%s*%(")
+      or l:match("([%w_%.%[%]\"']+)%s*=%s*function%s*%(")
+    if n then return n end
+  end
+  return "anon"
+end
+
+local function chunk_name(source)
+  local c = source:gsub("^[@=]", "")
+  return c
+end
+
+local infos = {}   -- "source:linedefined" -> { name, chunk, linedefined, lastlinedefined }
+
+-- fi: a jit.util.funcinfo table (or a debug.getinfo one)
+function M.proto_info(fi)
+  local src = fi.source or "?"
+  local key = src .. ":" .. tostring(fi.linedefined)
+  local i = infos[key]
+  if not i then
+    i = { name = guess_name(src, fi.linedefined), chunk = chunk_name(src),
+          linedefined = fi.linedefined, lastlinedefined = fi.lastlinedefined }
+    infos[key] = i
+  end
+  return i
+end
+
+local function frame_name(info, line)
+  return format("%s@%s:%d", info.name, info.chunk, line or info.linedefined)
+end
+M.frame_name = frame_name
+
+-- the library tables named first, in this order; the other modules of
+-- package.loaded follow sorted by name
+local LIBS = { "_G", "string", "table", "math", "io", "os", "coroutine", "debug", "package",
+               "bit", "jit", "ffi", "jit.util", "jit.profile" }
+
+--- Names of the builtins and C functions in package.loaded's tables, by the
+-- function's address (what `%p` gives, the GCfunc the frame holds), as
+-- `lib.name` (`_G`'s without a prefix); the cdata metamethods as
+-- `cdata.__call`, .... The table keeps the functions, so no address in it
+-- is reused while it lives.
+-- @treturn table address -> name
+function M.builtins()
+  local names, keep = {}, {}
+  local function add(prefix, t)
+    if type(t) ~= "table" then return end
+    local ks = {}
+    for k, v in pairs(t) do
+      if type(k) == "string" and type(v) == "function" then ks[#ks + 1] = k end
+    end
+    sort(ks)
+    for _, k in ipairs(ks) do
+      local f = t[k]
+      local fi = jutil and jutil.funcinfo(f)
+      local a = fi and fi.ffid and addr_of(f)
+      if a and not names[a] then
+        names[a] = prefix and prefix .. "." .. k or k
+        keep[#keep + 1] = f
+      end
+    end
+  end
+  local seen = {}
+  for _, m in ipairs(LIBS) do
+    local t = package.loaded[m]
+    if t then seen[m] = true add(m ~= "_G" and m or nil, t) end
+  end
+  local rest = {}
+  for m in pairs(package.loaded) do
+    if type(m) == "string" and not seen[m] then rest[#rest + 1] = m end
+  end
+  sort(rest)
+  for _, m in ipairs(rest) do add(m, package.loaded[m]) end
+  if ffi then add("cdata", debug.getmetatable(ffi.new("char[1]"))) end
+  names.functions = keep
+  return names
+end
+
+return M
