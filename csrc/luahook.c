@@ -292,10 +292,12 @@ static uint32_t lf_fix(lua_State *L, lh_frame *f, uint32_t n, lh_cap *c)
   if (next != lf.ci) return n;
   lh_frame nf;
   if (!lf_frame(proto, lf.savedpc, &nf)) return n;
-  if (n == lh.depth) { n--; c->more = 1; }
-  memmove(f + 1, f, n * sizeof *f);
+  /* a full capture loses the innermost frame of its outer part */
+  uint32_t shift = n == lh.depth ? (n - 1) / 2 : n;
+  memmove(f + 1, f, shift * sizeof *f);
   f[0] = nf;
   lf.added++;
+  if (n == lh.depth) { c->more = 1; return n; }
   return n + 1;
 }
 
@@ -342,6 +344,54 @@ static const char *lf_check(lua_State *L)
 }
 #endif
 
+/* the frame of the function at d's level */
+static void lh_fill(lua_State *L, lua_Debug *d, lh_frame *f)
+{
+  if (!lua_getinfo(L, "Sl", d)) {
+    f->src = 0;
+    f->line = f->ld = f->lld = -1;
+  } else if (d->what && d->what[0] == 'C') {
+    lua_getinfo(L, "n", d);
+    f->src = lh_intern(d->name ? d->name : "?");
+    f->line = f->ld = f->lld = -1;
+  } else {
+    f->src = lh_intern(d->source ? d->source : "?");
+    f->line = d->currentline;
+    f->ld = d->linedefined;
+    f->lld = d->lastlinedefined;
+  }
+}
+
+/* L's frames into f[0..cap), innermost first.  A deeper stack keeps its
+ * innermost and its outermost cap/2 frames (what a recursion is under
+ * stays known) and sets *more.  lua_getstack walks from the top on 5.4,
+ * so the depth is found by doubling, then bisection. */
+static uint32_t lh_walk(lua_State *L, lh_frame *f, uint32_t cap, uint32_t *more)
+{
+  lua_Debug d;
+  uint32_t n = 0;
+  while (n < cap && lua_getstack(L, (int)n, &d)) {
+    lh_fill(L, &d, &f[n]);
+    n++;
+  }
+  if (n < cap || !lua_getstack(L, (int)n, &d)) return n;
+  *more = 1;
+  int lo = (int)n, hi = (int)n * 2;        /* level lo exists */
+  while (lua_getstack(L, hi, &d)) { lo = hi; hi *= 2; }
+  while (hi - lo > 1) {                      /* lo exists, hi does not */
+    int mid = lo + (hi - lo) / 2;
+    if (lua_getstack(L, mid, &d)) lo = mid;
+    else hi = mid;
+  }
+  uint32_t outer = cap / 2;
+  n = cap - outer;
+  for (int lv = hi - (int)outer; lv < hi; lv++) {
+    if (!lua_getstack(L, lv, &d)) break;
+    lh_fill(L, &d, &f[n++]);
+  }
+  return n;
+}
+
 static void lh_capture(lua_State *L, uint64_t head)
 {
   if (lh.head - lh.tail >= lh.slots) { lh.dropped++; return; }
@@ -349,26 +399,18 @@ static void lh_capture(lua_State *L, uint64_t head)
   lh_cap *c = &lh.caps[slot];
   lh_frame *f = &lh.frames[(size_t)slot * lh.depth];
   lua_Debug d;
-  uint32_t n = 0;
-  int level = 0;
+  uint32_t n;
   c->time = lh_now();
   c->head = head;
   c->more = 0;
-  while (lua_getstack(L, level++, &d)) {
-    if (n == lh.depth) { c->more = 1; break; }
-    if (!lua_getinfo(L, "Sl", &d)) break;
-    if (d.what && d.what[0] == 'C') {
-      lua_getinfo(L, "n", &d);
-      f[n].src = lh_intern(d.name ? d.name : "?");
-      f[n].line = f[n].ld = f[n].lld = -1;
-    } else {
-      f[n].src = lh_intern(d.source ? d.source : "?");
-      f[n].line = d.currentline;
-      f[n].ld = d.linedefined;
-      f[n].lld = d.lastlinedefined;
-    }
-    n++;
-  }
+  n = lh_walk(L, f, lh.depth, &c->more);
+  /* a coroutine (mode "count"): the started thread, when it is the one
+   * resuming (its top is a C function such as coroutine.resume), is what
+   * it runs under: its frames follow, so the resuming function gets the
+   * coroutine's time inclusive */
+  if (L != lh.L && n < lh.depth && lua_status(lh.L) == 0 && lua_getstack(lh.L, 0, &d)
+      && lua_getinfo(lh.L, "S", &d) && d.what && d.what[0] == 'C')
+    n += lh_walk(lh.L, f + n, lh.depth - n, &c->more);
   if (L == lh.L) n = lf_fix(L, f, n, c);
   c->n = n;
   lh.head++;
