@@ -57,6 +57,9 @@ typedef struct lh_cap {
   uint64_t head;                /* data_head seen */
   uint32_t n;                   /* frames, innermost first */
   uint32_t more;                /* 1 when the stack was deeper than depth */
+  uint32_t foreign;             /* 1: a signal since the last capture found
+                                 * the program's own hook set */
+  uint64_t foff;                /* its frames: frames[foff % nframes ...] */
 } lh_cap;
 
 typedef struct lh_str {
@@ -75,14 +78,17 @@ static struct {
   int ev_ref, th_ref;
   uint64_t last_head;
   lh_cap *caps;
-  lh_frame *frames;             /* slots * depth */
-  uint32_t slots, depth;
+  lh_frame *frames;             /* a ring of nframes: each capture takes n */
+  uint64_t fhead, ftail;        /* frames written / read (ring indices) */
+  uint32_t slots, depth, nframes;
   uint32_t head, tail;          /* captures written / read */
   uint32_t dropped;             /* captures lost to a full buffer */
   uint64_t ncalls;              /* hook calls */
   uint64_t ns;                  /* time spent capturing */
   uint64_t quiet_until;         /* no capture before (captures take <= 1/4) */
   uint64_t shed;                /* hook calls that skipped their capture */
+  volatile uint64_t nsig, nsigio, nforeign;   /* signals taken; with a hook of the program's */
+  volatile int foreign;         /* since the last capture */
   char pool[LH_POOL];
   uint32_t pool_used;
   lh_str strs[LH_STRS];         /* index 0: "?" */
@@ -394,10 +400,19 @@ static uint32_t lh_walk(lua_State *L, lh_frame *f, uint32_t cap, uint32_t *more)
 
 static void lh_capture(lua_State *L, uint64_t head)
 {
-  if (lh.head - lh.tail >= lh.slots) { lh.dropped++; return; }
+  /* depth contiguous frames from fhead, or from the ring's start */
+  uint64_t foff = lh.fhead;
+  if (foff % lh.nframes + lh.depth > lh.nframes) foff += lh.nframes - foff % lh.nframes;
+  if (lh.head - lh.tail >= lh.slots || foff + lh.depth - lh.ftail > lh.nframes) {
+    lh.dropped++;
+    return;
+  }
   uint32_t slot = lh.head % lh.slots;
   lh_cap *c = &lh.caps[slot];
-  lh_frame *f = &lh.frames[(size_t)slot * lh.depth];
+  lh_frame *f = &lh.frames[foff % lh.nframes];
+  c->foff = foff;
+  c->foreign = lh.foreign;
+  lh.foreign = 0;
   lua_Debug d;
   uint32_t n;
   c->time = lh_now();
@@ -413,10 +428,13 @@ static void lh_capture(lua_State *L, uint64_t head)
     n += lh_walk(lh.L, f + n, lh.depth - n, &c->more);
   if (L == lh.L) n = lf_fix(L, f, n, c);
   c->n = n;
+  lh.fhead = foff + n;
   lh.head++;
   uint64_t end = lh_now();
   lh.ns += end - c->time;
-  lh.quiet_until = end + 3 * (end - c->time);
+  /* wall time: a capture preempted meanwhile would look long, so the
+   * quiet time is bounded (to 1 ms) */
+  lh.quiet_until = end + (end - c->time < 333333 ? 3 * (end - c->time) : 1000000);
 }
 
 static void lh_hook(lua_State *L, lua_Debug *ar)
@@ -457,8 +475,13 @@ static void lh_handler(int sig, siginfo_t *si, void *uc)
   (void)sig;
   (void)uc;
   if (!lh.on || si->si_fd != lh.fd || lh.L == NULL) return;
+  lh.nsig = lh.nsig + 1;
   lua_Hook h = lua_gethook(lh.L);
-  if (h != NULL && h != lh_hook) return;   /* the program's own hook stays */
+  if (h != NULL && h != lh_hook) {         /* the program's own hook stays */
+    lh.nforeign = lh.nforeign + 1;
+    lh.foreign = 1;
+    return;
+  }
   lh.boosted = 1;
   lua_sethook(lh.L, lh_hook, LUA_MASKCOUNT, 1);
   lf_note(lh.L);
@@ -472,8 +495,13 @@ static void lh_sigio(int sig, siginfo_t *si, void *uc)
   (void)si;
   (void)uc;
   if (!lh.on || lh.L == NULL) return;
+  lh.nsigio = lh.nsigio + 1;
   lua_Hook h = lua_gethook(lh.L);
-  if (h != NULL && h != lh_hook) return;
+  if (h != NULL && h != lh_hook) {
+    lh.nforeign = lh.nforeign + 1;
+    lh.foreign = 1;
+    return;
+  }
   lh.boosted = 1;
   lua_sethook(lh.L, lh_hook, LUA_MASKCOUNT, 1);
   lf_note(lh.L);
@@ -524,7 +552,7 @@ static void lh_release(lua_State *L)
   lh.L = NULL;
 }
 
-/* _private.luahook_start(event, count|"signal", slots, depth) -> true and
+/* _private.luahook_start(event, count|"signal", slots, depth, noleaf) -> true and
  * nil or why the popped leaf is not added back (lf_check); or nil, why.  Arms the event's signal (it needs wakeup_events = 1, and a
  * mmap page: the hook compares its data_head); a count also sets the
  * standing count hook on the calling thread. */
@@ -535,7 +563,7 @@ static int l_start(lua_State *L)
   lua_Integer count = sigmode ? 1 : luaL_checkinteger(L, 2);
   if (sigmode) luaL_argcheck(L, strcmp(lua_tostring(L, 2), "signal") == 0, 2, "a count or \"signal\"");
   lua_Integer slots = luaL_optinteger(L, 3, 8192);
-  lua_Integer depth = luaL_optinteger(L, 4, 64);
+  lua_Integer depth = luaL_optinteger(L, 4, 256);
   luaL_argcheck(L, count >= 1 && count <= 1000000000, 2, "count must be 1..1e9");
   luaL_argcheck(L, slots >= 16 && slots <= 1 << 20, 3, "slots must be 16..2^20");
   luaL_argcheck(L, depth >= 1 && depth <= 1024, 4, "depth must be 1..1024");
@@ -557,7 +585,9 @@ static int l_start(lua_State *L)
   free(lh.caps);
   free(lh.frames);
   lh.caps = calloc((size_t)slots, sizeof(lh_cap));
-  lh.frames = calloc((size_t)slots * (size_t)depth, sizeof(lh_frame));
+  /* 32 frames a capture on average, and at least 4 deepest captures */
+  uint64_t nfr = (uint64_t)slots * 32 > (uint64_t)depth * 4 ? (uint64_t)slots * 32 : (uint64_t)depth * 4;
+  lh.frames = calloc((size_t)nfr, sizeof(lh_frame));
   if (!lh.caps || !lh.frames) {
     free(lh.caps);
     free(lh.frames);
@@ -569,12 +599,15 @@ static int l_start(lua_State *L)
   }
   lh.slots = (uint32_t)slots;
   lh.depth = (uint32_t)depth;
+  lh.nframes = (uint32_t)nfr;
+  lh.fhead = lh.ftail = 0;
   lh.head = lh.tail = lh.dropped = 0;
-  lh.ncalls = lh.ns = lh.quiet_until = lh.shed = 0;
+  lh.ncalls = lh.ns = lh.quiet_until = lh.shed = lh.nsig = lh.nsigio = lh.nforeign = 0;
+  lh.foreign = 0;
   lf.pid = getpid();
   lf.proto = 0;
   lf.added = 0;
-  const char *why = lf_check(L);
+  const char *why = lua_toboolean(L, 5) ? "hook_leaf=false" : lf_check(L);
   lf.ok = why == NULL;
   lh_strs_reset();
   lua_pushvalue(L, 1);
@@ -618,8 +651,11 @@ static int l_stop(lua_State *L)
 }
 
 /* _private.luahook_read() -> caps, strings, dropped, hook calls, vm module,
- * ns spent capturing, leaf frames added back, captures shed.
- * caps: array of {time = ns, more = bool, f = {src, line, ld, lld, ...}}
+ * ns spent capturing, leaf frames added back, captures shed, signals taken,
+ * SIGIOs taken, signals that found another hook set.
+ * caps: array of {time = ns, more = bool, foreign = bool (the samples
+ * before it found the program's hook set: not their stack),
+ * f = {src, line, ld, lld, ...}}
  * (four integers a frame, innermost first; src indexes strings, 1-based;
  * ld == -1 marks a C function, src its name).  Takes the captures out;
  * after luahook_stop, also frees the buffer. */
@@ -630,12 +666,14 @@ static int l_read(lua_State *L)
   for (; lh.caps && lh.tail != lh.head; lh.tail++) {
     uint32_t slot = lh.tail % lh.slots;
     lh_cap *c = &lh.caps[slot];
-    lh_frame *f = &lh.frames[(size_t)slot * lh.depth];
+    lh_frame *f = &lh.frames[c->foff % lh.nframes];
     lua_createtable(L, 0, 3);
     pe_push_u64(L, c->time);
     lua_setfield(L, -2, "time");
     lua_pushboolean(L, c->more);
     lua_setfield(L, -2, "more");
+    lua_pushboolean(L, c->foreign);
+    lua_setfield(L, -2, "foreign");
     lua_createtable(L, (int)c->n * 4, 0);
     for (uint32_t i = 0; i < c->n; i++) {
       lua_pushinteger(L, f[i].src + 1);
@@ -649,6 +687,7 @@ static int l_read(lua_State *L)
     }
     lua_setfield(L, -2, "f");
     lua_rawseti(L, -2, k++);
+    lh.ftail = c->foff + c->n;  /* read: a capture may now reuse them */
   }
   lua_createtable(L, (int)lh.nstrs, 0);
   for (uint32_t i = 0; i < lh.nstrs; i++) {
@@ -669,7 +708,10 @@ static int l_read(lua_State *L)
   pe_push_u64(L, lh.ns);
   pe_push_u64(L, lf.added);
   pe_push_u64(L, lh.shed);
-  return 8;
+  pe_push_u64(L, lh.nsig);
+  pe_push_u64(L, lh.nsigio);
+  pe_push_u64(L, lh.nforeign);
+  return 11;
 }
 
 /* the three functions go to core._private (profile.lua's hook mode) */

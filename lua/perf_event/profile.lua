@@ -699,7 +699,13 @@ end
 -- taken at or after its time; the sample's IP gives the C leaf under those
 -- Lua frames.
 
-local HOOK_WINDOW = 1e8   -- ns: a capture later than this after a sample is not its stack
+-- ns: a capture later than this after a sample is not its stack. The first
+-- capture after a sample is taken at the first hook point after it, so
+-- only a lost signal or the program's own hook (`c.foreign`) makes it
+-- another stack; a loaded machine preempts the thread for 100 ms and more
+-- between the two (1-7 % of a spec's samples with load average 7 on this
+-- 2-core VM, when this was 100 ms).
+local HOOK_WINDOW = 2e9
 
 -- how the hook is set: "signal" (only the one-shot hook set by each
 -- sample's signal) or "count" (and a count hook always set). A standing
@@ -714,7 +720,8 @@ end
 local function hook_start(p, LP, opts)
   local kind = hook_kind(opts)
   local arg = kind == "signal" and "signal" or (opts.hook_count or 1000)
-  local ok, err = LP.luahook_start(p.ev, arg, opts.hook_slots or 8192, opts.depth or 64)
+  local ok, err = LP.luahook_start(p.ev, arg, opts.hook_slots or 8192, opts.depth or 256,
+                                    opts.hook_leaf == false)
   if not ok then
     p.mode, p.reason = "c", err
     return
@@ -790,9 +797,11 @@ function Profile:_hook_drain(final)
       self.lost = self.lost + (tonumber(rec.lost) or 0)
     end
   end
-  local caps, strs, dropped, ncalls, vm, ns, added, shed = pe_module().core._private.luahook_read()
+  local caps, strs, dropped, ncalls, vm, ns, added, shed, nsig, nsigio, nforeign =
+    pe_module().core._private.luahook_read()
   self.hook_dropped, self.hook_calls, self.hook_ns = tonumber(dropped), tonumber(ncalls), tonumber(ns)
   self.hook_added, self.hook_shed = tonumber(added), tonumber(shed)
+  self.hook_signals, self.hook_sigio, self.hook_foreign = tonumber(nsig), tonumber(nsigio), tonumber(nforeign)
   self.vm_module = self.vm_module or vm
   local pend = self.hpend
   for _, c in ipairs(caps) do
@@ -808,7 +817,7 @@ function Profile:_hook_drain(final)
     while pend[j] and pend[j].time < t do j = j + 1 end
     local c = pend[j]
     if not c and not final then break end
-    if c and c.time - t > HOOK_WINDOW then c = nil end
+    if c and (c.time - t > HOOK_WINDOW or c.foreign) then c = nil end
     if c then self.nhooked = (self.nhooked or 0) + 1 end
     self.nsamples = self.nsamples + 1
     if self.keep == false then self:_count(self:_hook_resolve(rec, c))
@@ -835,7 +844,9 @@ end
 --   `keep` (false: fold each sample into per-stack counts at drain instead
 --   of keeping `p.samples`, so memory is bounded by the distinct stacks);
 --   on PUC Lua `hook` ("signal", the default on 5.2+, or "count", the
---   default on 5.1), `hook_count` (1000 instructions), `depth` (64 frames)
+--   default on 5.1), `hook_count` (1000 instructions), `depth` (256 frames),
+--   `hook_leaf` (false: on 5.4, no function popped since the signal is
+--   added back as the leaf)
 -- @treturn[1] table the profile
 -- @treturn[2] nil
 -- @treturn[2] string why the event could not be opened
