@@ -739,10 +739,11 @@ end
 local MAX_HOOK_HZ = 10000
 local function hook_rate(p, spec, opts)
   local clock = p.event == "cpu-clock" or p.event == "task-clock"
-  if opts.period and clock and opts.period < 1e9 / MAX_HOOK_HZ then
-    spec.sample_period = 1e9 / MAX_HOOK_HZ
+  local min_period = floor(1e9 / MAX_HOOK_HZ)
+  if opts.period and clock and opts.period < min_period then
+    spec.sample_period = min_period
     p.rate_note = format("period %d ns is under the %d ns a signal per sample allows in hook mode: sampled every %d ns",
-                         opts.period, 1e9 / MAX_HOOK_HZ, 1e9 / MAX_HOOK_HZ)
+                         opts.period, min_period, min_period)
   elseif not opts.period and (opts.freq or 999) > MAX_HOOK_HZ then
     spec.sample_freq = MAX_HOOK_HZ
     p.rate_note = format("freq %d is above the %d samples/s a signal per sample allows in hook mode: sampled at %d/s",
