@@ -215,7 +215,8 @@ local function check(cases)
   for _, c in ipairs(cases) do
     lines[#lines + 1] = format("%s %.1f%% of the samples, %.1f%% of os.clock", c.name, got[c.name], want[c.name])
   end
-  local msg = format("%s (%d samples in them, %d in all, %d without a Lua frame: %s; %d paired, %d captures, %d shed, sig %d sigio %d foreign %d lost %d)",
+  local msg = format("%s (%d samples in them, %d in all, %d without a Lua frame: %s; %d paired, %d captures, "
+                     .. "%d shed, %d signals, %d SIGIO, %d foreign, %d lost)",
                      concat(lines, "; "), n, p.nsamples, nolua, concat(nolua_stacks, " | "), p.nhooked or 0,
                      p.ncaps or 0, p.hook_shed or 0, p.hook_signals, p.hook_sigio, p.hook_foreign, p.lost)
   assert.is_true(n >= 300, "too few samples: " .. msg)
@@ -223,7 +224,7 @@ local function check(cases)
     assert.is_true(math.abs(got[c.name] - want[c.name]) <= 5, msg)
   end
   assert.is_true(nolua < 0.02 * p.nsamples, msg)
-  if os.getenv("PE_DEBUG") then print(msg) end
+  if os.getenv("PE_DEBUG") then print(msg) end   -- the figures in doc/profiling.md
   return p
 end
 
