@@ -37,7 +37,10 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
 #define LH_POOL (64 * 1024)     /* bytes of copied source and C names */
 #define LH_STRS 2048            /* interned strings (power of two) */
@@ -54,6 +57,9 @@ typedef struct lh_cap {
   uint64_t head;                /* data_head seen */
   uint32_t n;                   /* frames, innermost first */
   uint32_t more;                /* 1 when the stack was deeper than depth */
+  uint32_t foreign;             /* 1: a signal since the last capture found
+                                 * the program's own hook set */
+  uint64_t foff;                /* its frames: frames[foff % nframes ...] */
 } lh_cap;
 
 typedef struct lh_str {
@@ -72,12 +78,17 @@ static struct {
   int ev_ref, th_ref;
   uint64_t last_head;
   lh_cap *caps;
-  lh_frame *frames;             /* slots * depth */
-  uint32_t slots, depth;
+  lh_frame *frames;             /* a ring of nframes: each capture takes n */
+  uint64_t fhead, ftail;        /* frames written / read (ring indices) */
+  uint32_t slots, depth, nframes;
   uint32_t head, tail;          /* captures written / read */
   uint32_t dropped;             /* captures lost to a full buffer */
   uint64_t ncalls;              /* hook calls */
   uint64_t ns;                  /* time spent capturing */
+  uint64_t quiet_until;         /* no capture before (captures take <= 1/4) */
+  uint64_t shed;                /* hook calls that skipped their capture */
+  volatile uint64_t nsig, nsigio, nforeign;   /* signals taken; with a hook of the program's */
+  volatile int foreign;         /* since the last capture */
   char pool[LH_POOL];
   uint32_t pool_used;
   lh_str strs[LH_STRS];         /* index 0: "?" */
@@ -106,15 +117,15 @@ static void lh_strs_reset(void)
 /* the index of string s (copied on first sight); 0 when the pool is full.
  * The pointer finds the entry; its copy must still equal s, because a
  * freed string's address can be reused by another one. */
-static int32_t lh_intern(const char *s)
+static int32_t lh_intern_key(const void *key, const char *s, size_t len)
 {
-  size_t len = strnlen(s, LH_STRMAX);
-  uint32_t h = (uint32_t)(((uintptr_t)s >> 3) * 2654435761u) & (LH_STRS * 2 - 1);
+  if (len > LH_STRMAX) len = LH_STRMAX;
+  uint32_t h = (uint32_t)(((uintptr_t)key >> 3) * 2654435761u) & (LH_STRS * 2 - 1);
   for (;;) {
     uint32_t i = lh.slot_of[h];
     if (i == 0) break;
     lh_str *e = &lh.strs[i - 1];
-    if (e->ptr == s) {
+    if (e->ptr == key) {
       if (e->len == len && memcmp(lh.pool + e->off, s, len) == 0) return (int32_t)(i - 1);
       break;                     /* reused address: a new entry below */
     }
@@ -122,7 +133,7 @@ static int32_t lh_intern(const char *s)
   }
   if (lh.nstrs >= LH_STRS || lh.pool_used + len + 1 > LH_POOL) return 0;
   lh_str *e = &lh.strs[lh.nstrs];
-  e->ptr = s;
+  e->ptr = key;
   e->off = lh.pool_used;
   e->len = (uint32_t)len;
   memcpy(lh.pool + e->off, s, len);
@@ -132,36 +143,298 @@ static int32_t lh_intern(const char *s)
   return (int32_t)(lh.nstrs - 1);
 }
 
-static void lh_capture(lua_State *L, uint64_t head)
+static int32_t lh_intern(const char *s)
 {
-  if (lh.head - lh.tail >= lh.slots) { lh.dropped++; return; }
-  uint32_t slot = lh.head % lh.slots;
-  lh_cap *c = &lh.caps[slot];
-  lh_frame *f = &lh.frames[(size_t)slot * lh.depth];
+  return lh_intern_key(s, s, strnlen(s, LH_STRMAX));
+}
+
+/* ------------------------------------------------ 5.4: the popped leaf
+ * Lua 5.4's luaV_execute keeps `trap` in a local, refreshed only at calls,
+ * returns, backward jumps and the like ("updatetrap" points), so the hook a
+ * signal sets in a function with no loop and no call fires only once that
+ * function returned, in its caller: the sample would be charged to the
+ * caller.  So the handler also notes which Lua function was running (L->ci,
+ * its func slot's LClosure, that closure's Proto, and the ci's savedpc),
+ * read with process_vm_readv: the handler interrupts the VM anywhere, a
+ * torn pointer gives EFAULT, never a fault.  When the capture finds that
+ * CallInfo gone, but as the one just above its top (ci->next of the
+ * captured top: a frame popped since the signal, and nothing called
+ * since), the noted function is added back as the leaf, at the line of its
+ * savedpc (at or before where it was; its linedefined when unusable).
+ * The offsets are those of 5.4.0-5.4.6 on LP64; l_start checks them
+ * against lua_getstack/lua_getinfo on its own caller before use, and the
+ * profile goes without this when they do not match (5.1's VM reads the
+ * hook mask at every instruction, so it does not need this). */
+#if LUA_VERSION_NUM == 504 && UINTPTR_MAX == UINT64_MAX
+#define LF_ON 1
+enum {
+  LF_L_CI = 32,                 /* lua_State.ci */
+  LF_CI_FUNC = 0, LF_CI_PREV = 16, LF_CI_NEXT = 24, LF_CI_SAVEDPC = 32,
+  LF_TV_TT = 8,                 /* TValue.tt_ */
+  LF_TAG_LCL = 0x46,            /* ctb(LUA_VLCL) */
+  LF_GC_TT = 8,                 /* GCObject.tt */
+  LF_VLCL = 6, LF_VPROTO = 10, LF_VSHRSTR = 4, LF_VLNGSTR = 0x14,
+  LF_LCL_P = 24,                /* LClosure.p */
+  LF_P_SIZECODE = 24, LF_P_SIZEABS = 40, LF_P_LD = 44, LF_P_LLD = 48,
+  LF_P_CODE = 64, LF_P_LINEINFO = 88, LF_P_ABS = 96, LF_P_SOURCE = 112,
+  LF_P_SIZE = 120,
+  LF_TS_SHRLEN = 11, LF_TS_LNGLEN = 16, LF_TS_CONTENTS = 24,
+  LF_MAXIWTHABS = 128
+};
+#endif
+
+static struct {
+  int ok;                       /* the offsets passed the self-test */
+  pid_t pid;
+  volatile uintptr_t ci, proto, savedpc;   /* noted at the last signal */
+  uint64_t added;               /* leaf frames added back */
+} lf;
+
+#ifdef LF_ON
+static int lf_read(uintptr_t addr, void *out, size_t n)
+{
+  struct iovec l = { out, n }, r = { (void *)addr, n };
+  if (addr == 0) return 0;
+  return syscall(SYS_process_vm_readv, lf.pid, &l, 1, &r, 1, 0) == (long)n;
+}
+
+static uint64_t lf_u64(const unsigned char *b, int off)
+{
+  uint64_t v;
+  memcpy(&v, b + off, 8);
+  return v;
+}
+
+static int32_t lf_i32(const unsigned char *b, int off)
+{
+  int32_t v;
+  memcpy(&v, b + off, 4);
+  return v;
+}
+
+/* the Proto of the Lua function the CallInfo at ci runs (0 if none), and
+ * its savedpc */
+static uintptr_t lf_ci_proto(uintptr_t ci, uintptr_t *savedpc)
+{
+  unsigned char w[40], tv[16], gc[LF_LCL_P + 8];
+  if (!lf_read(ci, w, sizeof w)) return 0;
+  if (!lf_read((uintptr_t)lf_u64(w, LF_CI_FUNC), tv, sizeof tv) || tv[LF_TV_TT] != LF_TAG_LCL) return 0;
+  if (!lf_read((uintptr_t)lf_u64(tv, 0), gc, sizeof gc) || gc[LF_GC_TT] != LF_VLCL) return 0;
+  *savedpc = (uintptr_t)lf_u64(w, LF_CI_SAVEDPC);
+  return (uintptr_t)lf_u64(gc, LF_LCL_P);
+}
+
+/* proto's frame at savedpc: 1, or 0 when it cannot be read.  The line is
+ * luaG_getfuncline's (the nearest absolute line, then the deltas); the
+ * function's linedefined when savedpc or the line tables do not serve */
+static int lf_frame(uintptr_t proto, uintptr_t savedpc, lh_frame *f)
+{
+  unsigned char p[LF_P_SIZE], ts[LF_TS_CONTENTS];
+  char src[LH_STRMAX];
+  if (!lf_read(proto, p, sizeof p) || p[LF_GC_TT] != LF_VPROTO) return 0;
+  int32_t ld = lf_i32(p, LF_P_LD), lld = lf_i32(p, LF_P_LLD), sizecode = lf_i32(p, LF_P_SIZECODE);
+  uintptr_t sp = (uintptr_t)lf_u64(p, LF_P_SOURCE);
+  if (!lf_read(sp, ts, sizeof ts) || (ts[LF_GC_TT] != LF_VSHRSTR && ts[LF_GC_TT] != LF_VLNGSTR)) return 0;
+  size_t len = ts[LF_GC_TT] == LF_VSHRSTR ? ts[LF_TS_SHRLEN] : (size_t)lf_u64(ts, LF_TS_LNGLEN);
+  if (len > LH_STRMAX) len = LH_STRMAX;
+  if (!lf_read(sp + LF_TS_CONTENTS, src, len)) return 0;
+  int32_t line = ld;
+  uintptr_t code = (uintptr_t)lf_u64(p, LF_P_CODE), li = (uintptr_t)lf_u64(p, LF_P_LINEINFO);
+  int64_t pc = savedpc >= code ? (int64_t)((savedpc - code) / 4) - 1 : -2;
+  if (li && pc >= 0 && pc < sizecode) {
+    int32_t nabs = lf_i32(p, LF_P_SIZEABS), base = ld, basepc = -1;
+    int ok = 1;
+    if (nabs > 0) {
+      int32_t a[2 * 16];
+      int32_t i = (int32_t)(pc / LF_MAXIWTHABS) - 1, n;
+      if (i < 0) i = 0;
+      n = nabs - i < 16 ? nabs - i : 16;
+      if (!lf_read((uintptr_t)lf_u64(p, LF_P_ABS) + (uintptr_t)i * 8, a, (size_t)n * 8)) ok = 0;
+      else if (pc >= a[0]) {
+        int k = 0;
+        while (k + 1 < n && pc >= a[2 * (k + 1)]) k++;
+        basepc = a[2 * k];
+        base = a[2 * k + 1];
+      } else if (i > 0) ok = 0;
+    }
+    signed char d[256];
+    if (ok && pc - basepc <= (int64_t)sizeof d && pc > basepc) {
+      if (lf_read(li + (uintptr_t)(basepc + 1), d, (size_t)(pc - basepc))) {
+        for (int64_t k = 0; k < pc - basepc; k++) base += d[k];
+        line = base;
+      }
+    } else if (ok && pc == basepc) line = base;
+  }
+  if (line < ld || (lld >= ld && line > lld)) line = ld;
+  f->src = lh_intern_key((const char *)(sp + LF_TS_CONTENTS), src, len);
+  f->line = line;
+  f->ld = ld;
+  f->lld = lld;
+  return 1;
+}
+
+/* in the handler: which Lua function the started thread runs */
+static void lf_note(lua_State *L)
+{
+  uintptr_t ci, pc = 0, proto;
+  lf.proto = 0;
+  if (!lf.ok) return;
+  memcpy(&ci, (const char *)L + LF_L_CI, sizeof ci);
+  proto = lf_ci_proto(ci, &pc);
+  lf.ci = ci;
+  lf.savedpc = pc;
+  lf.proto = proto;
+}
+
+/* in the capture of the started thread, frames f[0..n) innermost first:
+ * adds the noted function back when its frame was popped since the signal */
+static uint32_t lf_fix(lua_State *L, lh_frame *f, uint32_t n, lh_cap *c)
+{
+  lua_Debug d;
+  uintptr_t proto = lf.proto, next;
+  lf.proto = 0;
+  if (!proto || !lua_getstack(L, 0, &d) || (uintptr_t)d.i_ci == lf.ci) return n;
+  memcpy(&next, (const char *)d.i_ci + LF_CI_NEXT, sizeof next);
+  if (next != lf.ci) return n;
+  lh_frame nf;
+  if (!lf_frame(proto, lf.savedpc, &nf)) return n;
+  /* a full capture loses the innermost frame of its outer part */
+  uint32_t shift = n == lh.depth ? (n - 1) / 2 : n;
+  memmove(f + 1, f, shift * sizeof *f);
+  f[0] = nf;
+  lf.added++;
+  if (n == lh.depth) { c->more = 1; return n; }
+  return n + 1;
+}
+
+/* l_start's check of the offsets on its own caller (a Lua function): NULL,
+ * or what did not match */
+static const char *lf_check(lua_State *L)
+{
+  lua_Debug a0, a1;
+  uintptr_t ci, w[4], pc = 0, proto;
+  lh_frame fr;
+  if (!lua_getstack(L, 0, &a0) || !lua_getstack(L, 1, &a1) || !lua_getinfo(L, "Sl", &a1)
+      || a1.what[0] != 'L')
+    return "luahook_start was not called from a Lua function";
+  if (!lf_read((uintptr_t)L + LF_L_CI, &ci, sizeof ci) || ci != (uintptr_t)a0.i_ci)
+    return "lua_State.ci is not where 5.4.0-5.4.6 have it";
+  if (!lf_read(ci, w, sizeof w) || w[LF_CI_PREV / 8] != (uintptr_t)a1.i_ci)
+    return "CallInfo.previous is not where 5.4.0-5.4.6 have it";
+  if (!lf_read((uintptr_t)a1.i_ci, w, sizeof w) || w[LF_CI_NEXT / 8] != ci)
+    return "CallInfo.next is not where 5.4.0-5.4.6 have it";
+  proto = lf_ci_proto((uintptr_t)a1.i_ci, &pc);
+  if (!proto) return "the caller's CallInfo.func does not lead to its LClosure and Proto";
+  lh_strs_reset();
+  if (!lf_frame(proto, pc, &fr)) return "the caller's Proto could not be read";
+  if (fr.ld != a1.linedefined || fr.lld != a1.lastlinedefined)
+    return "Proto.linedefined is not where 5.4.0-5.4.6 have it";
+  if (strcmp(lh.pool + lh.strs[fr.src].off, a1.source) != 0)
+    return "Proto.source is not where 5.4.0-5.4.6 have it";
+  if (fr.line != a1.currentline)
+    return "the line from CallInfo.savedpc and Proto's line tables differs from currentline";
+  return NULL;
+}
+#else
+static void lf_note(lua_State *L) { (void)L; }
+static uint32_t lf_fix(lua_State *L, lh_frame *f, uint32_t n, lh_cap *c)
+{
+  (void)L; (void)f; (void)c;
+  return n;
+}
+static const char *lf_check(lua_State *L)
+{
+  (void)L;
+  return LUA_VERSION_NUM == 501 ? "not needed on 5.1 (its VM checks the hook at every instruction)"
+                                : "only on Lua 5.4";
+}
+#endif
+
+/* the frame of the function at d's level */
+static void lh_fill(lua_State *L, lua_Debug *d, lh_frame *f)
+{
+  if (!lua_getinfo(L, "Sl", d)) {
+    f->src = 0;
+    f->line = f->ld = f->lld = -1;
+  } else if (d->what && d->what[0] == 'C') {
+    lua_getinfo(L, "n", d);
+    f->src = lh_intern(d->name ? d->name : "?");
+    f->line = f->ld = f->lld = -1;
+  } else {
+    f->src = lh_intern(d->source ? d->source : "?");
+    f->line = d->currentline;
+    f->ld = d->linedefined;
+    f->lld = d->lastlinedefined;
+  }
+}
+
+/* L's frames into f[0..cap), innermost first.  A deeper stack keeps its
+ * innermost and its outermost cap/2 frames (what a recursion is under
+ * stays known) and sets *more.  lua_getstack walks from the top on 5.4,
+ * so the depth is found by doubling, then bisection. */
+static uint32_t lh_walk(lua_State *L, lh_frame *f, uint32_t cap, uint32_t *more)
+{
   lua_Debug d;
   uint32_t n = 0;
-  int level = 0;
+  while (n < cap && lua_getstack(L, (int)n, &d)) {
+    lh_fill(L, &d, &f[n]);
+    n++;
+  }
+  if (n < cap || !lua_getstack(L, (int)n, &d)) return n;
+  *more = 1;
+  int lo = (int)n, hi = (int)n * 2;        /* level lo exists */
+  while (lua_getstack(L, hi, &d)) { lo = hi; hi *= 2; }
+  while (hi - lo > 1) {                      /* lo exists, hi does not */
+    int mid = lo + (hi - lo) / 2;
+    if (lua_getstack(L, mid, &d)) lo = mid;
+    else hi = mid;
+  }
+  uint32_t outer = cap / 2;
+  n = cap - outer;
+  for (int lv = hi - (int)outer; lv < hi; lv++) {
+    if (!lua_getstack(L, lv, &d)) break;
+    lh_fill(L, &d, &f[n++]);
+  }
+  return n;
+}
+
+static void lh_capture(lua_State *L, uint64_t head)
+{
+  /* depth contiguous frames from fhead, or from the ring's start */
+  uint64_t foff = lh.fhead;
+  if (foff % lh.nframes + lh.depth > lh.nframes) foff += lh.nframes - foff % lh.nframes;
+  if (lh.head - lh.tail >= lh.slots || foff + lh.depth - lh.ftail > lh.nframes) {
+    lh.dropped++;
+    return;
+  }
+  uint32_t slot = lh.head % lh.slots;
+  lh_cap *c = &lh.caps[slot];
+  lh_frame *f = &lh.frames[foff % lh.nframes];
+  c->foff = foff;
+  c->foreign = lh.foreign;
+  lh.foreign = 0;
+  lua_Debug d;
+  uint32_t n;
   c->time = lh_now();
   c->head = head;
   c->more = 0;
-  while (lua_getstack(L, level++, &d)) {
-    if (n == lh.depth) { c->more = 1; break; }
-    if (!lua_getinfo(L, "Sl", &d)) break;
-    if (d.what && d.what[0] == 'C') {
-      lua_getinfo(L, "n", &d);
-      f[n].src = lh_intern(d.name ? d.name : "?");
-      f[n].line = f[n].ld = f[n].lld = -1;
-    } else {
-      f[n].src = lh_intern(d.source ? d.source : "?");
-      f[n].line = d.currentline;
-      f[n].ld = d.linedefined;
-      f[n].lld = d.lastlinedefined;
-    }
-    n++;
-  }
+  n = lh_walk(L, f, lh.depth, &c->more);
+  /* a coroutine (mode "count"): the started thread, when it is the one
+   * resuming (its top is a C function such as coroutine.resume), is what
+   * it runs under: its frames follow, so the resuming function gets the
+   * coroutine's time inclusive */
+  if (L != lh.L && n < lh.depth && lua_status(lh.L) == 0 && lua_getstack(lh.L, 0, &d)
+      && lua_getinfo(lh.L, "S", &d) && d.what && d.what[0] == 'C')
+    n += lh_walk(lh.L, f + n, lh.depth - n, &c->more);
+  if (L == lh.L) n = lf_fix(L, f, n, c);
   c->n = n;
+  lh.fhead = foff + n;
   lh.head++;
-  lh.ns += lh_now() - c->time;
+  uint64_t end = lh_now();
+  lh.ns += end - c->time;
+  /* wall time: a capture preempted meanwhile would look long, so the
+   * quiet time is bounded (to 1 ms) */
+  lh.quiet_until = end + (end - c->time < 333333 ? 3 * (end - c->time) : 1000000);
 }
 
 static void lh_hook(lua_State *L, lua_Debug *ar)
@@ -185,6 +458,14 @@ static void lh_hook(lua_State *L, lua_Debug *ar)
   uint64_t head = __atomic_load_n(&ev->page->data_head, __ATOMIC_ACQUIRE);
   if (head == lh.last_head) return;
   lh.last_head = head;
+  /* a capture's own time makes samples: after one, none for 3x its time,
+   * so that captures take at most a quarter of the thread's time; the
+   * samples meanwhile pair with the next capture */
+  if (lh.quiet_until && lh_now() < lh.quiet_until) {
+    lh.shed++;
+    lf.proto = 0;
+    return;
+  }
   lh_capture(L, head);
 }
 
@@ -194,10 +475,16 @@ static void lh_handler(int sig, siginfo_t *si, void *uc)
   (void)sig;
   (void)uc;
   if (!lh.on || si->si_fd != lh.fd || lh.L == NULL) return;
+  lh.nsig = lh.nsig + 1;
   lua_Hook h = lua_gethook(lh.L);
-  if (h != NULL && h != lh_hook) return;   /* the program's own hook stays */
+  if (h != NULL && h != lh_hook) {         /* the program's own hook stays */
+    lh.nforeign = lh.nforeign + 1;
+    lh.foreign = 1;
+    return;
+  }
   lh.boosted = 1;
   lua_sethook(lh.L, lh_hook, LUA_MASKCOUNT, 1);
+  lf_note(lh.L);
 }
 
 /* SIGIO: what the kernel sends instead when it cannot queue the real-time
@@ -208,10 +495,16 @@ static void lh_sigio(int sig, siginfo_t *si, void *uc)
   (void)si;
   (void)uc;
   if (!lh.on || lh.L == NULL) return;
+  lh.nsigio = lh.nsigio + 1;
   lua_Hook h = lua_gethook(lh.L);
-  if (h != NULL && h != lh_hook) return;
+  if (h != NULL && h != lh_hook) {
+    lh.nforeign = lh.nforeign + 1;
+    lh.foreign = 1;
+    return;
+  }
   lh.boosted = 1;
   lua_sethook(lh.L, lh_hook, LUA_MASKCOUNT, 1);
+  lf_note(lh.L);
 }
 
 static int lh_arm(int fd, int signo)
@@ -259,8 +552,8 @@ static void lh_release(lua_State *L)
   lh.L = NULL;
 }
 
-/* _private.luahook_start(event, count|"signal", slots, depth) -> true, or
- * nil, why.  Arms the event's signal (it needs wakeup_events = 1, and a
+/* _private.luahook_start(event, count|"signal", slots, depth, noleaf) -> true and
+ * nil or why the popped leaf is not added back (lf_check); or nil, why.  Arms the event's signal (it needs wakeup_events = 1, and a
  * mmap page: the hook compares its data_head); a count also sets the
  * standing count hook on the calling thread. */
 static int l_start(lua_State *L)
@@ -270,7 +563,7 @@ static int l_start(lua_State *L)
   lua_Integer count = sigmode ? 1 : luaL_checkinteger(L, 2);
   if (sigmode) luaL_argcheck(L, strcmp(lua_tostring(L, 2), "signal") == 0, 2, "a count or \"signal\"");
   lua_Integer slots = luaL_optinteger(L, 3, 8192);
-  lua_Integer depth = luaL_optinteger(L, 4, 64);
+  lua_Integer depth = luaL_optinteger(L, 4, 256);
   luaL_argcheck(L, count >= 1 && count <= 1000000000, 2, "count must be 1..1e9");
   luaL_argcheck(L, slots >= 16 && slots <= 1 << 20, 3, "slots must be 16..2^20");
   luaL_argcheck(L, depth >= 1 && depth <= 1024, 4, "depth must be 1..1024");
@@ -292,7 +585,9 @@ static int l_start(lua_State *L)
   free(lh.caps);
   free(lh.frames);
   lh.caps = calloc((size_t)slots, sizeof(lh_cap));
-  lh.frames = calloc((size_t)slots * (size_t)depth, sizeof(lh_frame));
+  /* 32 frames a capture on average, and at least 4 deepest captures */
+  uint64_t nfr = (uint64_t)slots * 32 > (uint64_t)depth * 4 ? (uint64_t)slots * 32 : (uint64_t)depth * 4;
+  lh.frames = calloc((size_t)nfr, sizeof(lh_frame));
   if (!lh.caps || !lh.frames) {
     free(lh.caps);
     free(lh.frames);
@@ -304,8 +599,16 @@ static int l_start(lua_State *L)
   }
   lh.slots = (uint32_t)slots;
   lh.depth = (uint32_t)depth;
+  lh.nframes = (uint32_t)nfr;
+  lh.fhead = lh.ftail = 0;
   lh.head = lh.tail = lh.dropped = 0;
-  lh.ncalls = lh.ns = 0;
+  lh.ncalls = lh.ns = lh.quiet_until = lh.shed = lh.nsig = lh.nsigio = lh.nforeign = 0;
+  lh.foreign = 0;
+  lf.pid = getpid();
+  lf.proto = 0;
+  lf.added = 0;
+  const char *why = lua_toboolean(L, 5) ? "hook_leaf=false" : lf_check(L);
+  lf.ok = why == NULL;
   lh_strs_reset();
   lua_pushvalue(L, 1);
   lh.ev_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -327,7 +630,9 @@ static int l_start(lua_State *L)
   lh.on = 1;
   if (!sigmode) lua_sethook(L, lh_hook, LUA_MASKCOUNT, (int)count);
   lua_pushboolean(L, 1);
-  return 1;
+  if (why) lua_pushstring(L, why);
+  else lua_pushnil(L);
+  return 2;
 }
 
 /* _private.luahook_stop() -> true if a hook was removed.  The started
@@ -346,8 +651,11 @@ static int l_stop(lua_State *L)
 }
 
 /* _private.luahook_read() -> caps, strings, dropped, hook calls, vm module,
- * ns spent capturing.
- * caps: array of {time = ns, more = bool, f = {src, line, ld, lld, ...}}
+ * ns spent capturing, leaf frames added back, captures shed, signals taken,
+ * SIGIOs taken, signals that found another hook set.
+ * caps: array of {time = ns, more = bool, foreign = bool (the samples
+ * before it found the program's hook set: not their stack),
+ * f = {src, line, ld, lld, ...}}
  * (four integers a frame, innermost first; src indexes strings, 1-based;
  * ld == -1 marks a C function, src its name).  Takes the captures out;
  * after luahook_stop, also frees the buffer. */
@@ -358,12 +666,14 @@ static int l_read(lua_State *L)
   for (; lh.caps && lh.tail != lh.head; lh.tail++) {
     uint32_t slot = lh.tail % lh.slots;
     lh_cap *c = &lh.caps[slot];
-    lh_frame *f = &lh.frames[(size_t)slot * lh.depth];
+    lh_frame *f = &lh.frames[c->foff % lh.nframes];
     lua_createtable(L, 0, 3);
     pe_push_u64(L, c->time);
     lua_setfield(L, -2, "time");
     lua_pushboolean(L, c->more);
     lua_setfield(L, -2, "more");
+    lua_pushboolean(L, c->foreign);
+    lua_setfield(L, -2, "foreign");
     lua_createtable(L, (int)c->n * 4, 0);
     for (uint32_t i = 0; i < c->n; i++) {
       lua_pushinteger(L, f[i].src + 1);
@@ -377,6 +687,7 @@ static int l_read(lua_State *L)
     }
     lua_setfield(L, -2, "f");
     lua_rawseti(L, -2, k++);
+    lh.ftail = c->foff + c->n;  /* read: a capture may now reuse them */
   }
   lua_createtable(L, (int)lh.nstrs, 0);
   for (uint32_t i = 0; i < lh.nstrs; i++) {
@@ -395,7 +706,12 @@ static int l_read(lua_State *L)
   if (dladdr((void *)(uintptr_t)lua_gettop, &di) && di.dli_fname) lua_pushstring(L, di.dli_fname);
   else lua_pushnil(L);
   pe_push_u64(L, lh.ns);
-  return 6;
+  pe_push_u64(L, lf.added);
+  pe_push_u64(L, lh.shed);
+  pe_push_u64(L, lh.nsig);
+  pe_push_u64(L, lh.nsigio);
+  pe_push_u64(L, lh.nforeign);
+  return 11;
 }
 
 /* the three functions go to core._private (lua/perf_event/profile/hook.lua) */

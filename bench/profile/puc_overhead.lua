@@ -3,7 +3,8 @@
 --   lua5.1 bench/profile/puc_overhead.lua [ROUNDS] [FREQ]
 -- A CPU-bound loop 17 frames deep is run once per round with no profile
 -- and once under each configuration (C leaf only, hook="signal",
--- hook="count"), in the same process and in a rotating order. It prints
+-- hook="signal" with hook_leaf=false (5.4: no popped leaf noted at signal
+-- time), hook="count"), in the same process and in a rotating order. It prints
 -- the change of the median and of the minimum CPU time (os.clock) of each
 -- against no profile, and the capture time the hook measured itself.
 -- Run from the repository root. The figures in doc/profiling.md come
@@ -39,10 +40,11 @@ local configs = {
   none = false,
   c = { freq = freq, lua = false },
   signal = { freq = freq, hook = "signal" },
+  noleaf = { freq = freq, hook = "signal", hook_leaf = false },
   count = { freq = freq, hook = "count" },
 }
-local order = { "none", "c", "signal", "count" }
-local times, ns, caps = {}, { signal = 0, count = 0 }, { signal = 0, count = 0 }
+local order = { "none", "c", "signal", "noleaf", "count" }
+local times, ns, caps = {}, { signal = 0, noleaf = 0, count = 0 }, { signal = 0, noleaf = 0, count = 0 }
 for _, k in ipairs(order) do times[k] = {} end
 
 for r = 1, rounds do

@@ -14,6 +14,7 @@
 
 local tonumber, ipairs, require = tonumber, ipairs, require
 local _VERSION = _VERSION
+local format, floor = string.format, math.floor
 
 local proto_info = require("perf_event.profile.naming").proto_info
 
@@ -22,7 +23,13 @@ local M = {}
 local Profile = {}
 M.methods = Profile
 
-local HOOK_WINDOW = 1e8   -- ns: a capture later than this after a sample is not its stack
+-- ns: a capture later than this after a sample is not its stack. The first
+-- capture after a sample is taken at the first hook point after it, so
+-- only a lost signal or the program's own hook (`c.foreign`) makes it
+-- another stack; a loaded machine preempts the thread for 100 ms and more
+-- between the two (1-7 % of a spec's samples with load average 7 on this
+-- 2-core VM, when this was 100 ms).
+local HOOK_WINDOW = 2e9
 
 -- how the hook is set: "signal" (only the one-shot hook set by each
 -- sample's signal) or "count" (and a count hook always set). A standing
@@ -35,17 +42,39 @@ end
 
 local hook_kind = M.hook_kind
 
+-- a signal per sample: above MAX_HOOK_HZ the deliveries cost more than the
+-- work sampled (at 50 kHz this VM ran 19x slower, at 100 kHz it never
+-- finished). A clock is sampled at MAX_HOOK_HZ instead; `p.rate_note` says so.
+local MAX_HOOK_HZ = 10000
+function M.hook_rate(p, spec, opts)
+  local clock = p.event == "cpu-clock" or p.event == "task-clock"
+  local min_period = floor(1e9 / MAX_HOOK_HZ)
+  if opts.period and clock and opts.period < min_period then
+    spec.sample_period = min_period
+    p.rate_note = format("period %d ns is under the %d ns a signal per sample allows in hook mode: sampled every %d ns",
+                         opts.period, min_period, min_period)
+  elseif not opts.period and (opts.freq or 999) > MAX_HOOK_HZ then
+    spec.sample_freq = MAX_HOOK_HZ
+    p.rate_note = format("freq %d is above the %d samples/s a signal per sample allows in hook mode: sampled at %d/s",
+                         opts.freq, MAX_HOOK_HZ, MAX_HOOK_HZ)
+  end
+end
+
 -- sets the hook (p.mode becomes "c", with the reason, when it cannot)
 function M.hook_start(p, LP, opts)
   local kind = hook_kind(opts)
   local arg = kind == "signal" and "signal" or (opts.hook_count or 1000)
-  local ok, err = LP.luahook_start(p.ev, arg, opts.hook_slots or 8192, opts.depth or 64)
+  local ok, err = LP.luahook_start(p.ev, arg, opts.hook_slots or 8192, opts.depth or 256,
+                                    opts.hook_leaf == false)
   if not ok then
     p.mode, p.reason = "c", err
     return
   end
   p.hook, p.hook_kind, p.hpend = true, kind, {}
   p.hook_count = kind == "count" and arg or nil
+  -- 5.4: a function popped between the signal and the hook is added back
+  -- as the leaf, unless the self-test of the VM's offsets failed (why)
+  p.hook_leaf, p.hook_leaf_reason = err == nil, err
 end
 
 -- a capture's frames, root first: Lua frames named like LuaJIT's, C
@@ -95,8 +124,11 @@ function Profile:_hook_drain(final)
       self.lost = self.lost + (tonumber(rec.lost) or 0)
     end
   end
-  local caps, strs, dropped, ncalls, vm, ns = require("perf_event").core._private.luahook_read()
+  local caps, strs, dropped, ncalls, vm, ns, added, shed, nsig, nsigio, nforeign =
+    require("perf_event").core._private.luahook_read()
   self.hook_dropped, self.hook_calls, self.hook_ns = tonumber(dropped), tonumber(ncalls), tonumber(ns)
+  self.hook_added, self.hook_shed = tonumber(added), tonumber(shed)
+  self.hook_signals, self.hook_sigio, self.hook_foreign = tonumber(nsig), tonumber(nsigio), tonumber(nforeign)
   self.vm_module = self.vm_module or vm
   local pend = self.hpend
   for _, c in ipairs(caps) do
@@ -112,7 +144,7 @@ function Profile:_hook_drain(final)
     while pend[j] and pend[j].time < t do j = j + 1 end
     local c = pend[j]
     if not c and not final then break end
-    if c and c.time - t > HOOK_WINDOW then c = nil end
+    if c and (c.time - t > HOOK_WINDOW or c.foreign) then c = nil end
     if c then self.nhooked = (self.nhooked or 0) + 1 end
     self.nsamples = self.nsamples + 1
     if self.keep == false then self:_count(self:_hook_resolve(rec, c))

@@ -126,7 +126,9 @@ end
 --   of keeping `p.samples`, so memory is bounded by the distinct stacks);
 --   on PUC Lua `hook` ("signal", the default on 5.2+, or "count", the
 --   default on 5.1), `hook_count` (1..1e9 instructions: 1000), `hook_slots`
---   (16..2^20 captures held between drains: 8192), `depth` (1..1024 frames: 64);
+--   (16..2^20 captures held between drains: 8192), `depth` (1..1024 frames: 256),
+--   `hook_leaf` (false: on 5.4, no function popped since the signal is added back
+--   as the leaf);
 --   LuaJIT takes the hook options and does not use them, as PUC Lua does `stack`
 -- @treturn[1] table the profile
 -- @treturn[2] nil
@@ -197,6 +199,7 @@ function M.start(opts)
   end
   if opts.period then spec.sample_period = opts.period
   else spec.freq = true; spec.sample_freq = opts.freq or 999 end
+  if mode == "hook" then hook.hook_rate(p, spec, opts) end
   local ev, err = pe.open(spec, { pages = opts.pages or 512 })
   if not ev and not opts.pages then
     -- 2 MiB is over the unprivileged mlock budget (perf_event_mlock_kb)
@@ -243,6 +246,7 @@ function M.start(opts)
   p.running = true
   -- what an exporter needs to know (pprof's period, time and duration)
   p.freq, p.period = not opts.period and (opts.freq or 999) or nil, opts.period
+  if p.rate_note then p.freq, p.period = spec.freq and spec.sample_freq or nil, spec.sample_period end
   p.time_nanos, p.t_start = os.time() * 1e9, jit and now() or nil
   local ok, e2 = ev:enable()
   if not ok and e2 then p:stop() return nil, e2 end

@@ -71,6 +71,7 @@ M.OPTIONS = {
   hook_count = { "number", integer_in(1, 1e9) },
   hook_slots = { "number", integer_in(16, 2^20) },
   depth = { "number", integer_in(1, 1024) },
+  hook_leaf = { "boolean" },
 }
 
 local NAMES = {}
