@@ -7,6 +7,7 @@
 -- API is read (p:aggregate()). The workloads are written for this spec
 -- alone (the profiler was tuned on the other specs' ones).
 -- PE_CLASSES_REPORT=1 prints one line per class to stderr, pass or fail.
+-- Tagged #classes (busted --exclude-tags=classes leaves it out).
 -- PE_CLASSES_JUDGE=jit.profile:MODE (LuaJIT, e.g. "fi1") judges LuaJIT's own
 -- profiler instead, a control for the judge itself: its callback walks the
 -- sampled thread with debug.getinfo at the safe point (2 s a class, as it
@@ -493,7 +494,7 @@ end
 local LL = debug.getinfo(line_loop, "S").linedefined
 local BODY = { LL + 3, LL + 4, LL + 5 }
 
-describe("pe.profile on classes of code", function()
+describe("pe.profile on classes of code #classes", function()
   setup(function()
     -- the self-tests run on the first start in a process: not in a class's window
     local p = start_profile()
