@@ -55,7 +55,7 @@ endif
 
 TARGET := $(OUTDIR)/perf_event/core.so
 
-.PHONY: all asan rock test test-user test-asan test-sysctl lint clean bench doc bench-read bench-records bench-nginx bench-record bench-fleet
+.PHONY: all asan rock test test-user test-asan test-sysctl lint clean bench doc bench-read bench-records bench-nginx bench-record bench-fleet bench-profile
 all: $(TARGET)
 
 $(TARGET): $(call objs_of,$(LUA)) Makefile
@@ -150,7 +150,13 @@ bench-record: all fixtures
 	bench/record/run.sh 300000000 5
 bench-fleet: all
 	bench/fleet/run.sh 5 5
-bench: bench-read bench-records bench-nginx bench-record bench-fleet
+# Lua-level profiles: CPU time of a mixed workload with no profile, jit.profile
+# and pe.profile, LuaJIT, 5.4 and 5.1 (PE_BENCH_CALLGRIND=1: Ir per sample)
+bench-profile: all
+	$(MAKE) LUA=lua5.4
+	$(MAKE) LUA=lua5.1
+	bench/profile/run.sh 15 0.2
+bench: bench-read bench-records bench-nginx bench-record bench-fleet bench-profile
 
 # the LDoc reference (lua-ldoc) -> doc/reference/
 doc:

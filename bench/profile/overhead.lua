@@ -1,0 +1,219 @@
+--- bench/profile/overhead.lua - what a Lua-level profile costs the profiled code.
+--   luajit bench/profile/overhead.lua [ROUNDS] [SECONDS]
+--   lua5.4 bench/profile/overhead.lua [ROUNDS] [SECONDS]   (also lua5.1)
+--   luajit bench/profile/overhead.lua --once MODE [SECONDS] (one run, for valgrind)
+-- In ONE process, each round runs the same CPU-bound workload once per mode,
+-- in a rotating order: no profile; on LuaJIT, jit.profile at 1 ms ("i1")
+-- whose callback takes a full stack dump; pe.profile at 999 Hz; pe.profile
+-- at 99 Hz. The workload mixes builtins (string.format, table.concat),
+-- callbacks from C (table.sort's comparator, string.gsub's function), GC
+-- (small tables) and a 17-deep call chain; one run takes about SECONDS of
+-- CPU (0.2). Before every run the JIT is flushed, so each mode compiles its
+-- traces again as pe.profile.start's flush makes it do. It prints, per mode,
+-- the median and minimum CPU time (os.clock) and the median's ratio to the
+-- unprofiled median of the same process; for pe.profile also the median
+-- wall time of start and of stop and the Lua heap's growth (after a full
+-- collect) across start and across the whole profile. The first start
+-- (self-tests) is timed on its own. us/samp is the median's excess over
+-- the unprofiled median divided by the median sample count: CPU time per
+-- sample (only a sign on a noisy machine: see the min column). Run from the repository root
+-- (PE_BUILD=build/asan for the ASan core). The figures in
+-- doc/profiling.md come from here.
+local jit = rawget(_G, "jit")
+local build = os.getenv("PE_BUILD") or (jit and "build" or ("build/" .. _VERSION:gsub("Lua ", "lua")))
+package.cpath = build .. "/?.so;" .. package.cpath
+package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+
+local pe = require("perf_event")
+local core = require("perf_event.core")
+
+local clock, now = os.clock, core.now
+local format, gsub, upper = string.format, string.gsub, string.upper
+local sort, concat = table.sort, table.concat
+local collectgarbage = collectgarbage
+
+-- ------------------------------------------------------------ the workload
+
+local function by_k(a, b) return a.k < b.k end
+local function shout(w)
+  if #w > 4 then return upper(w) end
+  return w
+end
+local function leaf(n)
+  local acc = 0
+  for i = 1, n do
+    local t = {}
+    for j = 1, 24 do t[j] = { k = (i * j * 7919) % 257 } end
+    sort(t, by_k)
+    local s = format("%d:%d:%.3f", i, t[1].k, i / 3)
+    s = gsub("alpha beta gamma " .. s, "%a+", shout)
+    acc = acc + #s + #concat({ s, s, s }, ",")
+  end
+  return acc
+end
+local function chain(d, n)
+  if d == 0 then return leaf(n) end
+  return chain(d - 1, n) + 0
+end
+local function work(n)
+  local acc = 0
+  for _ = 1, 8 do acc = acc + chain(16, n) end
+  return acc
+end
+
+-- ------------------------------------------------------------ modes
+
+local jp = jit and require("jit.profile")
+local jp_samples = 0
+local function jp_cb(th, samples)
+  local s = jp.dumpstack(th, "pl;", -100)
+  if #s > 0 then jp_samples = jp_samples + samples end
+end
+
+local function pe_mode(freq)
+  return {
+    start = function()
+      local p, err = pe.profile.start({ freq = freq })
+      if not p then error("pe.profile.start: " .. tostring(err)) end
+      return p
+    end,
+    stop = function(p) p:stop(); return p.nsamples end,
+  }
+end
+
+local MODES = {
+  none = { start = function() return true end, stop = function() return 0 end },
+  jitprof = jp and {
+    start = function() jp_samples = 0; jp.start("i1", jp_cb); return true end,
+    stop = function() jp.stop(); return jp_samples end,
+  },
+  pe999 = pe_mode(999),
+  pe99 = pe_mode(99),
+}
+local ORDER = jp and { "none", "jitprof", "pe999", "pe99" } or { "none", "pe999", "pe99" }
+local LABEL = { none = "no profile", jitprof = "jit.profile i1 + dumpstack",
+                pe999 = "pe.profile 999 Hz", pe99 = "pe.profile 99 Hz" }
+
+local function full_collect()
+  collectgarbage("collect")
+  collectgarbage("collect")
+  return collectgarbage("count")
+end
+
+-- one run of the workload under mode k: the figures of that run
+local function run(k, n)
+  local mode = MODES[k]
+  if jit then jit.flush() end
+  local heap0 = full_collect()
+  local w0 = now()
+  local p = mode.start()
+  local t_start = now() - w0
+  local heap1 = full_collect()
+  local c0 = clock()
+  work(n)
+  local cpu = clock() - c0
+  local w1 = now()
+  local nsamp = mode.stop(p)
+  local t_stop = now() - w1
+  local heap2 = full_collect()
+  return { cpu = cpu, t_start = t_start, t_stop = t_stop, nsamp = nsamp,
+           dheap_start = heap1 - heap0, dheap_all = heap2 - heap0 }
+end
+
+local function median(list)
+  local s = {}
+  for i, v in ipairs(list) do s[i] = v end
+  sort(s)
+  local m = #s
+  if m % 2 == 1 then return s[(m + 1) / 2] end
+  return (s[m / 2] + s[m / 2 + 1]) / 2
+end
+local function minimum(list)
+  local m = math.huge
+  for _, v in ipairs(list) do if v < m then m = v end end
+  return m
+end
+
+-- n such that work(n) takes about `secs` of CPU
+local function calibrate(secs)
+  local n, t = 1, 0
+  while t < 0.05 do
+    n = n * 2
+    local c0 = clock()
+    work(n)
+    t = clock() - c0
+  end
+  for _ = 1, 2 do
+    n = math.max(1, math.floor(n * secs / t + 0.5))
+    local c0 = clock()
+    work(n)
+    t = clock() - c0
+  end
+  return math.max(1, math.floor(n * secs / t + 0.5))
+end
+
+-- ------------------------------------------------------------ main
+
+local interp = jit and "LuaJIT " .. jit.version:gsub("^LuaJIT ", "") or _VERSION
+
+if arg[1] == "--once" then
+  -- one run of one mode: for `valgrind --tool=callgrind`, whose instruction
+  -- counts of two such runs give the profile's cost without timer noise
+  local k = arg[2] or "none"
+  if not MODES[k] then error("unknown mode " .. k .. " (none, jitprof, pe999, pe99)") end
+  local n = tonumber(arg[3] or "0") or 0
+  if n <= 0 then n = calibrate(0.2) end
+  local warm = pe.profile.start({ freq = 99 })   -- the self-tests, outside the run
+  if warm then warm:stop() end
+  local r = run(k, n)
+  print(format("%s %s n=%d cpu %.4f s samples %d", interp, k, n, r.cpu, r.nsamp))
+  return
+end
+
+local rounds = tonumber(arg[1] or "11")
+local secs = tonumber(arg[2] or "0.2")
+
+local w0 = now()
+local first = pe.profile.start({ freq = 999 })
+local t_first = now() - w0
+if not first then error("pe.profile.start failed") end
+local first_mode = first.mode
+first:stop()
+
+local n = calibrate(secs)
+work(n)
+
+local res = {}
+for _, k in ipairs(ORDER) do res[k] = {} end
+for r = 1, rounds do
+  for i = 0, #ORDER - 1 do
+    local k = ORDER[(i + r) % #ORDER + 1]
+    local list = res[k]
+    list[#list + 1] = run(k, n)
+  end
+end
+
+local function col(k, field)
+  local out = {}
+  for i, r in ipairs(res[k]) do out[i] = r[field] end
+  return out
+end
+
+print(format("%s, %d rounds, workload n=%d (%.2f s unprofiled), pe.profile mode %s",
+             interp, rounds, n, median(col("none", "cpu")), tostring(first_mode)))
+print(format("first pe.profile.start (self-tests included): %.1f ms wall", t_first * 1e3))
+print(format("%-27s %9s %9s %8s %8s %9s %9s %9s %9s %9s",
+             "mode", "median s", "min s", "ratio", "samples", "us/samp", "start ms", "stop ms", "heap+st",
+             "heap+all"))
+local m0 = median(col("none", "cpu"))
+for _, k in ipairs(ORDER) do
+  local m = median(col(k, "cpu"))
+  local ns = median(col(k, "nsamp"))
+  local is_pe = k == "pe999" or k == "pe99"
+  print(format("%-27s %9.4f %9.4f %8.3f %8d %9s %9s %9s %9s %9s", LABEL[k], m, minimum(col(k, "cpu")), m / m0,
+               math.floor(ns + 0.5), ns > 0 and format("%.1f", (m - m0) / ns * 1e6) or "-",
+               is_pe and format("%.2f", median(col(k, "t_start")) * 1e3) or "-",
+               is_pe and format("%.2f", median(col(k, "t_stop")) * 1e3) or "-",
+               is_pe and format("%.0fK", median(col(k, "dheap_start"))) or "-",
+               is_pe and format("%.0fK", median(col(k, "dheap_all"))) or "-"))
+end

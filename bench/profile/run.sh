@@ -1,0 +1,52 @@
+#!/bin/sh
+# bench/profile/run.sh [ROUNDS] [SECONDS] - bench/profile/overhead.lua on
+# LuaJIT, Lua 5.4 and Lua 5.1 (each with its own core under build/), one
+# process each. PE_BENCH_LUAS="luajit" picks interpreters.
+#
+# PE_BENCH_CALLGRIND=1 adds the per-sample cost in instructions, counted by
+# valgrind --tool=callgrind (no timer noise): for each interpreter and
+# profiled mode, four runs of `overhead.lua --once` (no profile and the mode,
+# each at two workload sizes N1 < N2); the fixed costs (start, stop, the
+# self-tests, loading) cancel in the differences, so
+#   Ir/sample = ((Ir(mode,N2) - Ir(mode,N1)) - (Ir(none,N2) - Ir(none,N1)))
+#               / (samples(mode,N2) - samples(mode,N1))
+# Under valgrind the code runs ~30x slower, so a cpu-clock profile takes ~30x
+# the samples per unit of work; the figure is what one sample costs, not the
+# share of a native run. Two runs of the same pair agreed within 1 % here.
+cd "$(dirname "$0")/../.." || exit 2
+rounds=${1:-15}
+secs=${2:-0.2}
+luas=${PE_BENCH_LUAS:-"luajit lua5.4 lua5.1"}
+rc=0
+for l in $luas; do
+  $l bench/profile/overhead.lua "$rounds" "$secs" || rc=1
+  echo
+done
+[ "${PE_BENCH_CALLGRIND:-0}" = 1 ] || exit $rc
+
+n1=${PE_BENCH_N1:-100}
+n2=${PE_BENCH_N2:-300}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# one run under callgrind: prints "instructions samples"
+cg() {
+  valgrind --tool=callgrind --smc-check=all-non-file --callgrind-out-file=/dev/null \
+    --log-file="$tmp/log" "$1" bench/profile/overhead.lua --once "$2" "$3" > "$tmp/out" || return 1
+  ir=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$tmp/log")
+  ns=$(sed -n 's/.* samples \([0-9]*\)$/\1/p' "$tmp/out")
+  echo "${ir:-0} ${ns:-0}"
+}
+echo "callgrind: instructions per sample (workload sizes $n1 and $n2)"
+for l in $luas; do
+  # (no jit.profile row: its SIGPROF timer ends the process under valgrind)
+  if ! a=$(cg "$l" none "$n1") || ! b=$(cg "$l" none "$n2"); then echo "$l: valgrind failed"; rc=1; continue; fi
+  for m in pe999 pe99; do
+    if ! c=$(cg "$l" "$m" "$n1") || ! d=$(cg "$l" "$m" "$n2"); then echo "$l $m: valgrind failed"; rc=1; continue; fi
+    echo "$a $b $c $d" | awk -v l="$l" -v m="$m" '{
+      dn = $3 - $1; dp = $7 - $5; ds = $8 - $6
+      if (ds <= 0) { printf "%-7s %-8s no samples\n", l, m; next }
+      printf "%-7s %-8s %10.0f Ir/sample (%d samples more; workload %.0f -> %.0f Mi Ir)\n",
+             l, m, (dp - dn) / ds, ds, $1 / 1048576, $3 / 1048576 }'
+  done
+done
+exit $rc
