@@ -393,6 +393,7 @@ function Reg:trace_event(what, tr, func, pc)
         self.perfmap:flush()
       end
       self.ntraces = (self.ntraces or 0) + 1
+      if tr > (self.maxtr or 0) then self.maxtr = tr end
       local old = self.live[tr]
       if old then old.t1 = e.t0; self.dead[#self.dead + 1] = old end
       self.live[tr] = e
@@ -426,8 +427,16 @@ function Reg:find_trace(a, t)
   if not self.hi_max or a < self.lo_min or a >= self.hi_max then return nil end
   local ts = self.tsorted
   if not ts then
+    -- by trace number, not pairs(): a drain runs in a __gc too (the
+    -- autoprofile's), where LuaJIT before v2.1-20230911 cannot leave a
+    -- compiled pairs() loop at its end without a side trace, which it
+    -- cannot compile there: it re-enters the loop for ever (LuaJIT #1000)
     ts = {}
-    for _, e in pairs(self.live) do ts[#ts + 1] = e end
+    local live = self.live
+    for tr = 1, self.maxtr or 0 do
+      local e = live[tr]
+      if e then ts[#ts + 1] = e end
+    end
     sort(ts, function(x, y) return x.lo < y.lo end)
     self.tsorted = ts
   end
@@ -820,6 +829,31 @@ end
 -- @treturn[2] string why the event could not be opened
 local drain_fns   -- the functions of a drain's resolution (defined at the end)
 
+-- LuaJIT keeps one callback per VM event ("trace", "bc"): a second
+-- profile's jit.attach would replace the first's (which then misses every
+-- trace compiled from there on), and its stop would leave none. The running
+-- profiles share one callback per event, which calls each of theirs; the
+-- lists are replaced, never changed, so a call goes through the list it began with
+local subs = { trace = {}, bc = {} }
+local dispatch = {
+  trace = function(...) local l = subs.trace for i = 1, #l do l[i](...) end end,
+  bc = function(...) local l = subs.bc for i = 1, #l do l[i](...) end end,
+}
+
+local function subscribe(what, cb)
+  local l = { cb }
+  for i, f in ipairs(subs[what]) do l[i + 1] = f end
+  subs[what] = l
+  if #l == 1 then jit.attach(dispatch[what], what) end
+end
+
+local function unsubscribe(what, cb)
+  local l = {}
+  for _, f in ipairs(subs[what]) do if f ~= cb then l[#l + 1] = f end end
+  subs[what] = l
+  if #l == 0 then jit.attach(dispatch[what]) end
+end
+
 function M.start(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("profile.start: opts must be a table", 2) end
@@ -901,7 +935,7 @@ function M.start(opts)
       local off, seen = layout.proto_bc, {}
       reg:seed(off, seen)
       p.bc_cb = function(pt) reg:add_tree(pt, off, seen) end
-      jit.attach(p.bc_cb, "bc")
+      subscribe("bc", p.bc_cb)
     end
     if opts.perfmap then
       -- the runtime perf map the perf tool reads for JIT code: /tmp/perf-PID.map
@@ -914,7 +948,7 @@ function M.start(opts)
     -- traces compiled before start are unknown to the registry: start clean
     jit.flush()
     p.trace_cb = function(what, tr, func, pc) reg:trace_event(what, tr, func, pc) end
-    jit.attach(p.trace_cb, "trace")
+    subscribe("trace", p.trace_cb)
   end
   if p.stacks and not regs_check.walk.ok then
     p.stacks, p.stacks_reason = false, regs_check.walk.reason
@@ -1160,8 +1194,8 @@ function Profile:stop()
     LP.luahook_stop()
     if not open then LP.luahook_read() end   -- no drain below: frees the captures
   end
-  if self.trace_cb then jit.attach(self.trace_cb) self.trace_cb = nil end
-  if self.bc_cb then jit.attach(self.bc_cb) self.bc_cb = nil end
+  if self.trace_cb then unsubscribe("trace", self.trace_cb) self.trace_cb = nil end
+  if self.bc_cb then unsubscribe("bc", self.bc_cb) self.bc_cb = nil end
   if self.reg and self.reg.perfmap then self.reg.perfmap:close() self.reg.perfmap = nil end
   if open then
     self:drain()
