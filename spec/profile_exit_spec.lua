@@ -170,6 +170,32 @@ describe("profile: exit in bounded time with a second profile in the script", fu
     check(run_all(dir, routes, RUNS), routes, RUNS)
   end)
 
+  it("a second profile leaves the first its trace and bc events, while it runs and after its stop", function()
+    U.need(jit ~= nil, "LuaJIT only: jit.attach")
+    local pe = require("perf_event")
+    local p1 = assert(pe.profile.start())
+    finally(function() p1:stop() end)
+    U.need(p1.reg ~= nil, "no registry: mode " .. tostring(p1.mode) .. ", " .. tostring(p1.reason))
+    local p2 = assert(pe.profile.start())
+    finally(function() p2:stop() end)
+    local loop = "local s = 0 for i = 1, 300000 do s = (s + i) %% %d end return s"
+    -- loaded (a bc event) and compiled (a trace event) while both run
+    local during = assert((rawget(_G, "loadstring") or load)(loop:format(7), "=exit_spec_during"))
+    during()
+    p2:stop()
+    local after = assert((rawget(_G, "loadstring") or load)(loop:format(11), "=exit_spec_after"))
+    after()
+    p1:stop()
+    local protos, traces = {}, {}
+    for _, e in ipairs(p1.reg.protos) do protos[e.info.chunk] = true end
+    for _, e in pairs(p1.reg.live) do traces[e.info.chunk] = true end
+    for _, e in ipairs(p1.reg.dead) do traces[e.info.chunk] = true end
+    assert.is_true(protos.exit_spec_during, "a chunk loaded while the second ran is known to the first")
+    assert.is_true(protos.exit_spec_after, "a chunk loaded after the second stopped is known to the first")
+    assert.is_true(traces.exit_spec_during, "the first has the trace compiled while the second ran")
+    assert.is_true(traces.exit_spec_after, "the first has the trace compiled after the second stopped")
+  end)
+
   it("a pairs() loop made hot in a drain, then run by a drain in a __gc, ends (LuaJIT #1000)", function()
     U.need(jit ~= nil, "LuaJIT only: the compiled pairs() loop")
     local dir = tmpdir()
