@@ -222,7 +222,7 @@ function M.read_elf(path)
       elf.build_id = d and note_build_id(d)
     end
   end
-  local best = {}   -- address -> symbol
+  local best, addrs = {}, {}   -- address -> symbol; the addresses in order
   for _, want in ipairs({ SHT_SYMTAB, SHT_DYNSYM }) do
     for i = 0, shnum - 1 do
       local s = secs[i]
@@ -241,6 +241,7 @@ function M.read_elf(path)
                 local sym = { addr = value, size = u64(tab, o + 16), name = name,
                               bind = floor(info / 16) }
                 local old = best[value]
+                if not old then addrs[#addrs + 1] = value end
                 if not old or (old.name ~= name and better(sym, old)) then best[value] = sym end
               end
             end
@@ -280,7 +281,9 @@ function M.read_elf(path)
   end
   f:close()
   local syms = {}
-  for _, sym in pairs(best) do syms[#syms + 1] = sym end
+  -- not pairs(): profile drains read ELF files from a __gc too, where a
+  -- compiled pairs() loop may never end (see profile.lua's find_trace)
+  for i = 1, #addrs do syms[i] = best[addrs[i]] end
   table.sort(syms, function(a, b) return a.addr < b.addr end)
   elf.file_syms = syms
   elf.syms = with_plt(syms, elf.plt)

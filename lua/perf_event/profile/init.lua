@@ -133,6 +133,31 @@ end
 -- @treturn[1] table the profile
 -- @treturn[2] nil
 -- @treturn[2] string why the event could not be opened
+-- LuaJIT keeps one callback per VM event ("trace", "bc"): a second
+-- profile's jit.attach would replace the first's (which then misses every
+-- trace compiled from there on), and its stop would leave none. The running
+-- profiles share one callback per event, which calls each of theirs; the
+-- lists are replaced, never changed, so a call goes through the list it began with
+local subs = { trace = {}, bc = {} }
+local dispatch = {
+  trace = function(...) local l = subs.trace for i = 1, #l do l[i](...) end end,
+  bc = function(...) local l = subs.bc for i = 1, #l do l[i](...) end end,
+}
+
+local function subscribe(what, cb)
+  local l = { cb }
+  for i, f in ipairs(subs[what]) do l[i + 1] = f end
+  subs[what] = l
+  if #l == 1 then jit.attach(dispatch[what], what) end
+end
+
+local function unsubscribe(what, cb)
+  local l = {}
+  for _, f in ipairs(subs[what]) do if f ~= cb then l[#l + 1] = f end end
+  subs[what] = l
+  if #l == 0 then jit.attach(dispatch[what]) end
+end
+
 function M.start(opts)
   local bad = options.check(opts)
   if bad then error(bad, 2) end
@@ -214,7 +239,7 @@ function M.start(opts)
       local off, seen = p.layout.proto_bc, {}
       reg:seed(off, seen)
       p.bc_cb = function(pt) reg:add_tree(pt, off, seen) end
-      jit.attach(p.bc_cb, "bc")
+      subscribe("bc", p.bc_cb)
     end
     if opts.perfmap then
       -- the runtime perf map the perf tool reads for JIT code: /tmp/perf-PID.map
@@ -227,7 +252,7 @@ function M.start(opts)
     -- traces compiled before start are unknown to the registry: start clean
     jit.flush()
     p.trace_cb = function(what, tr, func, pc) reg:trace_event(what, tr, func, pc) end
-    jit.attach(p.trace_cb, "trace")
+    subscribe("trace", p.trace_cb)
   end
   if p.stacks and not rc.walk.ok then
     p.stacks, p.stacks_reason = false, rc.walk.reason
@@ -267,8 +292,8 @@ function Profile:stop()
     LP.luahook_stop()
     if not open then LP.luahook_read() end   -- no drain below: frees the captures
   end
-  if self.trace_cb then jit.attach(self.trace_cb) self.trace_cb = nil end
-  if self.bc_cb then jit.attach(self.bc_cb) self.bc_cb = nil end
+  if self.trace_cb then unsubscribe("trace", self.trace_cb) self.trace_cb = nil end
+  if self.bc_cb then unsubscribe("bc", self.bc_cb) self.bc_cb = nil end
   if self.reg and self.reg.perfmap then self.reg.perfmap:close() self.reg.perfmap = nil end
   if open then
     self:drain()

@@ -186,6 +186,7 @@ function Reg:trace_event(what, tr, func, pc)
         self.perfmap:flush()
       end
       self.ntraces = (self.ntraces or 0) + 1
+      if tr > (self.maxtr or 0) then self.maxtr = tr end
       local old = self.live[tr]
       if old then old.t1 = e.t0; self.dead[#self.dead + 1] = old end
       self.live[tr] = e
@@ -219,8 +220,16 @@ function Reg:find_trace(a, t)
   if not self.hi_max or a < self.lo_min or a >= self.hi_max then return nil end
   local ts = self.tsorted
   if not ts then
+    -- by trace number, not pairs(): a drain runs in a __gc too (the
+    -- autoprofile's), where LuaJIT before v2.1-20230911 cannot leave a
+    -- compiled pairs() loop at its end without a side trace, which it
+    -- cannot compile there: it re-enters the loop for ever (LuaJIT #1000)
     ts = {}
-    for _, e in pairs(self.live) do ts[#ts + 1] = e end
+    local live = self.live
+    for tr = 1, self.maxtr or 0 do
+      local e = live[tr]
+      if e then ts[#ts + 1] = e end
+    end
     sort(ts, function(x, y) return x.lo < y.lo end)
     self.tsorted = ts
   end

@@ -1,0 +1,233 @@
+-- A profiled process ends in bounded time when the script holds a second
+-- profile of its own: perf_event.autoprofile (`-l`) and `luaperf record
+-- --lua`, the script's profile stopped, never stopped, left by os.exit
+-- inside it, or the script ending in an error.  Each run has a time bound
+-- (a hang is killed and counted), its own exit status, and its folded
+-- output with samples of the script's hot function, against the CPU time
+-- the script measured in it with os.clock.  Before the fix, 1 run in 3-10
+-- hung at exit: a drain from a __gc entered a compiled pairs() loop that
+-- LuaJIT before v2.1-20230911 cannot leave without recording a side trace,
+-- which it never does in a __gc (LuaJIT #1000).
+--
+-- The runs go 4 at a time from one shell script (tiny scripts, 60 ms of
+-- work each): 100 per route on LuaJIT, 20 under PUC Lua and ASan.
+local U = require("support.util")
+
+local suite = os.getenv("PE_SUITE") or (jit and "luajit" or _VERSION:gsub("Lua ", "lua"))
+local interp = U.lua_cmd()
+local build = os.getenv("PE_BUILD") or (jit and "build" or "build/" .. interp)
+local RUNS = suite == "luajit" and 100 or 20
+local PARALLEL = 4
+local BOUND = 10          -- seconds a run may take (4 at a time on a loaded 2-core VM)
+local WORK = 0.06         -- CPU seconds each script spends in its hot function
+local VARIANTS = { "stopped", "nostop", "exit", "error" }
+local WANT_RC = { stopped = 0, nostop = 0, exit = 3, error = 1 }
+
+-- arg[1]: variant, arg[2]: where to write the CPU seconds spent in exit_hot
+local SCRIPT = [[
+local pe = require("perf_event")
+local function exit_hot(n)
+  local s = 0
+  for i = 1, n do s = (s * 7 + i) % 65521 end
+  return s
+end
+local variant, out = arg[1], arg[2]
+local p = assert(pe.profile.start({}))
+local t0 = os.clock()
+repeat exit_hot(20000) until os.clock() - t0 >= ]] .. WORK .. [[
+
+local f = assert(io.open(out, "w"))
+f:write(os.clock() - t0, "\n")
+f:close()
+if variant == "stopped" then
+  p:stop()
+elseif variant == "exit" then
+  os.exit(3)
+elseif variant == "error" then
+  error("profile_exit_spec: thrown at top level")
+end
+]]
+
+local function write(path, text)
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+end
+
+local function read(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+-- the shell quoting of s
+local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- a private directory, removed with everything in it by `finally`
+local function tmpdir()
+  local base = os.tmpname()
+  os.remove(base)
+  local dir = base .. ".exit"
+  assert(U.exec_ok(os.execute("mkdir -m 700 " .. q(dir))), "mkdir " .. dir)
+  finally(function() os.execute("rm -rf " .. q(dir)) end)
+  return dir
+end
+
+-- runs `runs` runs of each route command (a shell fragment using $V for
+-- the variant, $O for the folded output and $C for the CPU-seconds file),
+-- PARALLEL at a time, each under `timeout -s KILL`; returns per run
+-- { route, variant, i, rc, secs, folded = text|nil, cpu = seconds|nil }
+local function run_all(dir, routes, runs)
+  local lines = { "#!/bin/sh", "cd " .. q(U.sh("pwd"):gsub("\n$", "")), "n=0" }
+  for _, r in ipairs(routes) do
+    for i = 1, runs do
+      local v = VARIANTS[(i - 1) % #VARIANTS + 1]
+      local id = r.name .. "." .. v .. "." .. i
+      local o, c = dir .. "/" .. id .. ".folded", dir .. "/" .. id .. ".cpu"
+      lines[#lines + 1] = ("( V=%s O=%s C=%s; s=$(date +%%s%%N); timeout -s KILL %d %s >%s 2>&1; rc=$?; "
+        .. "e=$(date +%%s%%N); echo \"%s %s %d $rc $(( (e - s) / 1000000 ))\" >> %s ) &")
+        :format(v, q(o), q(c), BOUND, r.cmd, q(dir .. "/" .. id .. ".log"), r.name, v, i, q(dir .. "/results"))
+      lines[#lines + 1] = "n=$((n + 1)); if [ $n -ge " .. PARALLEL .. " ]; then wait; n=0; fi"
+    end
+  end
+  lines[#lines + 1] = "wait"
+  write(dir .. "/driver.sh", table.concat(lines, "\n") .. "\n")
+  os.execute("sh " .. q(dir .. "/driver.sh"))
+  local out = {}
+  for l in (read(dir .. "/results") or ""):gmatch("[^\n]+") do
+    local route, v, i, rc, ms = l:match("^(%S+) (%S+) (%d+) (%d+) (%d+)$")
+    if route then
+      local id = dir .. "/" .. route .. "." .. v .. "." .. i
+      out[#out + 1] = { route = route, variant = v, i = tonumber(i), rc = tonumber(rc), secs = tonumber(ms) / 1000,
+                        folded = read(id .. ".folded"), cpu = tonumber(read(id .. ".cpu") or ""),
+                        log = read(id .. ".log") or "" }
+    end
+  end
+  return out
+end
+
+-- samples with exit_hot in their stack, and all samples, of a folded text
+local function hot_samples(text)
+  local hot, total = 0, 0
+  for l in text:gmatch("[^\n]+") do
+    local n = tonumber(l:match(" (%d+)$"))
+    if n then
+      total = total + n
+      if l:find("exit_hot@", 1, true) then hot = hot + n end
+    end
+  end
+  return hot, total
+end
+
+-- every run ended on its own within BOUND with its variant's exit status and
+-- wrote exit_hot's samples: at least a third of what os.clock's measure of
+-- its CPU time makes at 999 Hz (cpu-clock's frequency mode starts slow)
+local function check(results, routes, runs)
+  assert.are.equal(#routes * runs, #results, "one result line per run")
+  local problems, slowest = {}, 0
+  for _, r in ipairs(results) do
+    if r.secs > slowest then slowest = r.secs end
+    local why
+    if r.rc == 137 then
+      why = ("killed after %d s (hung)"):format(BOUND)
+    elseif r.rc ~= WANT_RC[r.variant] then
+      why = ("exit status %d, not %d"):format(r.rc, WANT_RC[r.variant])
+    elseif not r.folded then
+      why = "no folded output"
+    elseif not r.cpu or r.cpu < WORK then
+      why = "the script measured no CPU time in exit_hot: " .. tostring(r.cpu)
+    else
+      local hot, total = hot_samples(r.folded)
+      if hot < r.cpu * 999 / 3 then
+        why = ("%d samples with exit_hot of %d, %.3f s measured in it"):format(hot, total, r.cpu)
+      end
+    end
+    if why then
+      problems[#problems + 1] = ("%s %s #%d: %s (%.1f s)\n%s"):format(r.route, r.variant, r.i, why, r.secs,
+                                                                      r.log:sub(1, 400))
+    end
+  end
+  assert.are.equal(0, #problems, #problems .. " bad runs of " .. #results .. " (slowest "
+                   .. slowest .. " s):\n" .. table.concat(problems, "\n", 1, math.min(#problems, 5)))
+end
+
+describe("profile: exit in bounded time with a second profile in the script", function()
+  it(RUNS .. " runs per route (autoprofile, luaperf record --lua), 4 endings, each within "
+     .. BOUND .. " s with its samples", function()
+    U.need(U.sh("command -v timeout") ~= "", "no timeout(1)")
+    local dir = tmpdir()
+    local script = dir .. "/script.lua"
+    write(script, SCRIPT)
+    local paths = "env LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH=" .. q(build .. "/?.so;;") .. " "
+    local routes = {
+      { name = "autoprofile", cmd = paths .. "PE_PROFILE_OUT=\"$O\" " .. interp .. " -l perf_event.autoprofile "
+                                   .. q(script) .. " \"$V\" \"$C\"" },
+      { name = "record", cmd = interp .. " bin/luaperf record --lua -o \"$O\" -- " .. interp .. " "
+                              .. q(script) .. " \"$V\" \"$C\"" },
+    }
+    check(run_all(dir, routes, RUNS), routes, RUNS)
+  end)
+
+  it("a second profile leaves the first its trace and bc events, while it runs and after its stop", function()
+    U.need(jit ~= nil, "LuaJIT only: jit.attach")
+    local pe = require("perf_event")
+    local p1 = assert(pe.profile.start())
+    finally(function() p1:stop() end)
+    U.need(p1.reg ~= nil, "no registry: mode " .. tostring(p1.mode) .. ", " .. tostring(p1.reason))
+    local p2 = assert(pe.profile.start())
+    finally(function() p2:stop() end)
+    local loop = "local s = 0 for i = 1, 300000 do s = (s + i) %% %d end return s"
+    -- loaded (a bc event) and compiled (a trace event) while both run
+    local during = assert((rawget(_G, "loadstring") or load)(loop:format(7), "=exit_spec_during"))
+    during()
+    p2:stop()
+    local after = assert((rawget(_G, "loadstring") or load)(loop:format(11), "=exit_spec_after"))
+    after()
+    p1:stop()
+    local protos, traces = {}, {}
+    for _, e in ipairs(p1.reg.protos) do protos[e.info.chunk] = true end
+    for _, e in pairs(p1.reg.live) do traces[e.info.chunk] = true end
+    for _, e in ipairs(p1.reg.dead) do traces[e.info.chunk] = true end
+    assert.is_true(protos.exit_spec_during, "a chunk loaded while the second ran is known to the first")
+    assert.is_true(protos.exit_spec_after, "a chunk loaded after the second stopped is known to the first")
+    assert.is_true(traces.exit_spec_during, "the first has the trace compiled while the second ran")
+    assert.is_true(traces.exit_spec_after, "the first has the trace compiled after the second stopped")
+  end)
+
+  it("a pairs() loop made hot in a drain, then run by a drain in a __gc, ends (LuaJIT #1000)", function()
+    U.need(jit ~= nil, "LuaJIT only: the compiled pairs() loop")
+    local dir = tmpdir()
+    -- Reg:find_trace's rebuild of its sorted list, hot outside a __gc over a
+    -- hash-keyed `live`, then in a __gc over an empty registry (as a second
+    -- profile's jit.flush() leaves the first's); and symbols.read_elf
+    -- likewise, hot on one file, then reading another in a __gc
+    write(dir .. "/gc.lua", [[
+local P = require("perf_event.profile")
+local S = require("perf_event.symbols")
+local reg = P._new_registry()
+for tr = 100, 1, -1 do reg.live[tr * 7] = { tr = tr, lo = 1000 * tr, hi = 1000 * tr + 10, t0 = 0 } end
+reg.maxtr, reg.lo_min, reg.hi_max = 700, 1000, 200000
+for _ = 1, 2 do reg.tsorted = nil; assert(reg:find_trace(5000, 1)) end
+assert(S.read_elf(arg[1]))
+local empty = P._new_registry()
+empty.lo_min, empty.hi_max = 1000, 200000
+local done = 0
+local u = newproxy(true)
+getmetatable(u).__gc = function()
+  if empty:find_trace(5000, 1) == nil then done = done + 1 end
+  if S.read_elf(arg[2]) then done = done + 1 end
+end
+u = nil   -- luacheck: ignore 311
+collectgarbage()
+io.write(done, "\n")
+]])
+    local so = U.searchpath("perf_event.core", package.cpath)
+    local luajit = U.sh("command -v luajit"):gsub("\n$", "")
+    local cmd = ("LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH=%s timeout -s KILL %d luajit %s %s %s 2>&1; "
+                 .. "echo rc=$?"):format(q(build .. "/?.so;;"), BOUND, q(dir .. "/gc.lua"), q(so), q(luajit))
+    local out = U.sh(cmd)
+    assert.are.equal("2\nrc=0\n", out)
+  end)
+end)
