@@ -50,6 +50,6 @@ describe("examples", function()
 
   it("include the OpenResty example the nginx spec runs", function()
     assert.truthy(io.open("examples/openresty/nginx.conf"))
-    assert.truthy(io.open("examples/openresty/lua/perfreq.lua"))
+    assert.truthy(io.open("examples/openresty/lua/perfwork.lua"))
   end)
 end)

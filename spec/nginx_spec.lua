@@ -1,11 +1,12 @@
--- The real Debian nginx with libnginx-mod-http-lua: per-request counters in
--- log_by_lua and the in-worker profiler of examples/openresty, workers
--- unprivileged (nobody), on 127.0.0.1 only.  Runs once, in the luajit suite.
+-- The real Debian nginx with libnginx-mod-http-lua and examples/openresty's
+-- nginx.conf: per-request counters in log_by_lua and the folded profile of
+-- perf_event.openresty, workers unprivileged (nobody), on 127.0.0.1 only.
+-- Runs once, in the luajit suite.
 local N = require("support.nginx")
 local sh, read = N.sh, N.read
 local reason = N.skip_reason("the nginx integration test")
 
-describe("nginx with the perfreq module", function()
+describe("nginx with perf_event.openresty (examples/openresty)", function()
   if reason then
     pending(reason, function() end)
     return
@@ -60,13 +61,13 @@ describe("nginx with the perfreq module", function()
   end)
 
   it("counts exactly the requests it logged", function()
-    -- totals are updated in the log phase, after the answer: read them
+    -- the sums are updated in the log phase, after the answer: read them
     -- until they stop moving before and after two requests
     local function settled()
       local last
       for _ = 1, 100 do
-        local n = tonumber(get("/perf/totals"):match("requests (%d+)"))
-        -- each /perf/totals is itself logged once after it answered
+        local n = tonumber(get("/metrics"):match("\nnginx_perf_requests_measured_total{[^}]*} (%d+)"))
+        -- each /metrics is itself logged once after it answered
         if last and n == last + 1 then return n end
         last = n
       end
@@ -75,8 +76,8 @@ describe("nginx with the perfreq module", function()
     get("/hello")
     get("/hello")
     local r1 = settled()
-    -- r0 was read by a /perf/totals that is logged afterwards (+1), then the
-    -- two /hello (+2) and the first /perf/totals of settled() (+1), whose
+    -- r0 was read by a /metrics that is logged afterwards (+1), then the
+    -- two /hello (+2) and the first /metrics of settled() (+1), whose
     -- successor read r1
     assert.equal(r0 + 4, r1)
   end)
@@ -120,15 +121,18 @@ describe("nginx with the perfreq module", function()
     return assert(read(out))
   end
 
-  it("names the Lua handler's hot function, file and line in /perf/profile", function()
+  it("names the Lua handler's hot function, file and line in the folded profile", function()
     local src = dir .. "/lua/perfwork.lua"
     local first, last, call = lines_of(src, "checksum_loop")
     assert.truthy(first and last and call, "checksum_loop not found in " .. src)
     assert.truthy(get("/lua-work?n=10"):find("^n=10 sum=%d+\n$"))
-    local prof = under_load("/perf/profile?seconds=2&hz=999", dir .. "/lua-profile.txt")
+    local prof = under_load("/debug/pprof/profile?seconds=2&format=folded", dir .. "/lua-profile.txt")
     local stacks = parse_folded(prof)
     assert.truthy(#stacks > 0, prof)
-    for _, e in ipairs(stacks) do assert.truthy(e.stack:find("^nginx;"), e.stack) end
+    -- one worker: every stack under its pid
+    local wpid = stacks[1].stack:match("^pid=(%d+);")
+    assert.truthy(wpid, stacks[1].stack)
+    for _, e in ipairs(stacks) do assert.truthy(e.stack:find("^pid=" .. wpid .. ";"), e.stack) end
     -- on top: the hot function, at a line of its own body
     local chunk = src:gsub("%p", "%%%0")
     local line = tonumber(stacks[1].stack:match(";checksum_loop@" .. chunk .. ":(%d+)$"))
@@ -136,91 +140,8 @@ describe("nginx with the perfreq module", function()
     assert.truthy(line > first and line < last, "checksum_loop sampled at line " .. line)
     local n, total = hot_share(stacks, ";checksum_loop@" .. chunk .. ":%d+")
     assert.truthy(n >= 0.5 * total, n .. " of " .. total .. " samples in checksum_loop\n" .. prof)
-    -- its caller, walked at sample time, at the line of the call
+    -- its caller, at the line of the call
     assert.truthy(prof:find(";M.handler@" .. chunk .. ":" .. call .. ";checksum_loop@"), prof)
-    -- the self-tests passed in the unprivileged worker: perfreq logs the
-    -- mode at info level when they did not (p.mode ~= "full" or no walk)
-    local log = read(dir .. "/logs/error.log")
-    assert.is_nil(log:find("perfreq: profile mode", 1, true), log:match("[^\n]*perfreq: profile mode[^\n]*"))
-  end)
-
-  it("samples the worker and answers C callchains with nginx's own function names (mode=c)", function()
-    -- the profile waits (ngx.sleep) while the same worker serves /work
-    local tmp = dir .. "/profile.txt"
-    sh("curl -s --max-time 30 '" .. base .. "/perf/profile?seconds=2&hz=999&mode=c' > " .. tmp .. " & " ..
-       "sleep 0.2; for i in 1 2 3 4 5 6 7 8 9 10; do curl -s '" .. base .. "/work' > /dev/null; done; wait")
-    local prof = assert(read(tmp))
-    local lines, total = 0, 0
-    for stack, count in prof:gmatch("([^\n]+) (%d+)\n") do
-      lines = lines + 1
-      total = total + tonumber(count)
-      assert.truthy(stack:find("^nginx;"), stack)
-    end
-    assert.truthy(lines > 0 and total > 0, prof)
-    -- ngx.encode_base64 goes through this exported function of the lua module
-    assert.truthy(prof:find("ngx_http_lua_ffi_encode_base64", 1, true), prof)
-  end)
-
-  it("switches the always-on sampler on and off, and names what it sampled", function()
-    local function total()
-      local n = 0
-      for stack, count in get("/perf/always"):gmatch("([^\n]+) (%d+)\n") do
-        assert.truthy(stack:find("^nginx;"), stack)
-        n = n + tonumber(count)
-      end
-      return n
-    end
-    assert.equal("sampler on\n", get("/perf/sampler?on=1&hz=999"))
-    for _ = 1, 10 do get("/work") end
-    -- the timer drains every 100 ms: wait for the samples of the work
-    local prof
-    for _ = 1, 50 do
-      prof = get("/perf/always")
-      if prof:find("ngx_http_lua_ffi_encode_base64", 1, true) then break end
-      sh("sleep 0.1")
-    end
-    assert.truthy(prof:find("ngx_http_lua_ffi_encode_base64", 1, true), prof)
-    assert.equal("sampler off\n", get("/perf/sampler?on=0"))
-    -- off: the event is closed, the counts stay as they were
-    local n = total()
-    assert.truthy(n > 0)
-    for _ = 1, 5 do get("/work") end
-    sh("sleep 0.3")
-    assert.equal(n, total())
-  end)
-
-  it("runs an always-on Lua-level sampler with bounded state, and stops it", function()
-    local src = dir .. "/lua/perfwork.lua"
-    local chunk = src:gsub("%p", "%%%0")
-    assert.equal("sampler on\n", get("/perf/sampler?on=1&lua=1&hz=999"))
-    -- a window profile while it runs answers what it gains meanwhile
-    local win = parse_folded(under_load("/perf/profile?seconds=2", dir .. "/window.txt"))
-    assert.truthy(#win > 0 and win[1].stack:find(";checksum_loop@" .. chunk .. ":%d+$"),
-                  win[1] and win[1].stack)
-    -- the timer drains every 100 ms; /perf/always drains too
-    local stacks = parse_folded(get("/perf/always"))
-    local n, total = hot_share(stacks, ";checksum_loop@" .. chunk .. ":%d+")
-    assert.truthy(n >= 0.5 * total and n > 100, n .. " of " .. total)
-    assert.equal("sampler off\n", get("/perf/sampler?on=0"))
-    -- off: the samples stay as they were, whatever the worker does
-    local before = select(2, hot_share(parse_folded(get("/perf/always")), ""))
-    for _ = 1, 5 do get("/lua-work") end
-    sh("sleep 0.3")
-    assert.equal(before, select(2, hot_share(parse_folded(get("/perf/always")), "")))
-    -- read and clear: the Lua-level stacks are gone (the C sampler's
-    -- counts of the test before, by function, stay)
-    assert.truthy(get("/perf/always?reset=1"):find("checksum_loop", 1, true))
-    assert.is_nil(get("/perf/always"):find("checksum_loop", 1, true))
-    -- switched on at another rate, the paused profile resumes (its sample
-    -- count goes on) at that rate: cpu-clock's period is set in ns, where a
-    -- frequency would give a sample every few microseconds
-    local function nsamples() return tonumber(get("/perf/always?stats=1"):match("^samples (%d+)")) end
-    local s1 = nsamples()
-    assert.equal("sampler on\n", get("/perf/sampler?on=1&lua=1&hz=99"))
-    under_load("/hello", dir .. "/resume.txt")     -- 2 s of load
-    local s2 = nsamples()
-    assert.equal("sampler off\n", get("/perf/sampler?on=0"))
-    assert.truthy(s2 - s1 >= 10 and s2 - s1 <= 2 * 99 * 2, (s2 - s1) .. " samples in 2 s at 99 Hz")
   end)
 
   it("leaves no error in the error log", function()

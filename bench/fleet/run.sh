@@ -1,5 +1,5 @@
 #!/bin/sh
-# What the fleet endpoints of examples/openresty (perffleet.lua) cost the
+# What the fleet endpoints of perf_event.openresty (/metrics, /debug/pprof/profile) cost the
 # requests nginx serves: requests/s of /hello with wrk and the worker's CPU
 # time per request, ONE nginx worker serving every mode:
 #   baseline    /hello alone
@@ -45,7 +45,6 @@ trap 'stop; rm -rf "$T"' EXIT INT TERM
 chmod 755 "$T"
 mkdir -p "$T/lua" "$T/lib/perf_event" "$T/conf" "$T/logs"
 cp -r lua/perf_event "$T/lua/"
-cp examples/openresty/lua/perfreq.lua examples/openresty/lua/perffleet.lua "$T/lua/"
 cp build/perf_event/core.so "$T/lib/perf_event/"
 chmod -R a+rX "$T"
 

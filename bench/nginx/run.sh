@@ -38,7 +38,7 @@ trap 'stop; rm -rf "$T"' EXIT INT TERM
 chmod 755 "$T"
 mkdir -p "$T/lua" "$T/lib/perf_event" "$T/conf" "$T/logs"
 cp -r lua/perf_event "$T/lua/"
-cp examples/openresty/lua/*.lua "$T/lua/"
+cp bench/nginx/perfreq.lua "$T/lua/"
 cp build/perf_event/core.so "$T/lib/perf_event/"
 chmod -R a+rX "$T"
 

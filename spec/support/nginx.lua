@@ -73,7 +73,8 @@ function N.port(attempt, salt)
   return 20000 + (U.pid() * 7919 + attempt * 104729 + (salt or 0) * 15485863 + os.time()) % 30000
 end
 
---- Starts nginx with examples/openresty/nginx.conf under `dir`.
+--- Starts nginx with examples/openresty/nginx.conf under `dir`
+-- (`opts.env`: "NAME=value ..." in the master's environment).
 -- `opts.edit(conf)` may change the text first; `opts.ready(base)` says
 -- when the server is up (default: /hello answers).  A port in use makes it
 -- try another one.
@@ -92,7 +93,8 @@ function N.start(dir, opts)
             (conf:gsub("@LUA_PATH@", dir .. "/lua/?.lua;" .. dir .. "/lua/?/init.lua")
                  :gsub("@LUA_CPATH@", dir .. "/lib/?.so")
                  :gsub("@PORT@", tostring(port))))
-    local out, ok = sh("nginx -p " .. dir .. " -c " .. dir .. "/conf/nginx.conf")
+    local out, ok = sh((opts.env and ("env " .. opts.env .. " ") or "") ..
+                       "nginx -p " .. dir .. " -c " .. dir .. "/conf/nginx.conf")
     if ok then
       local base = "http://127.0.0.1:" .. port
       local master = assert(N.read(dir .. "/logs/nginx.pid")):match("%d+")

@@ -1,0 +1,98 @@
+--- perf_event.openresty.sampler: the worker's always-on sampler and its
+-- part of a profile window (not a public interface).
+--
+-- The always-on sampler is a `pe.profile` with `keep=false`: every sample
+-- is folded into per-stack counts when the timer drains it, so memory
+-- grows with the distinct stacks only, and the counts are forgotten at the
+-- start of each window (and when they pass `max_stacks`).  A window is
+-- then: drain and reset at its start, drain and read at its end.  Without
+-- the always-on sampler, a window starts a profile of its own and stops it.
+-- @module perf_event.openresty.sampler
+
+local ngx = ngx  -- luacheck: read globals ngx
+local require, tostring, tonumber, ipairs, format, concat, min, floor =
+  require, tostring, tonumber, ipairs, string.format, table.concat, math.min, math.floor
+
+local M = {}
+
+local always        -- the always-on profile, or nil
+local always_err    -- why it is not running
+local conf = { freq = 99, stacks = "lua", max_stacks = 20000 }
+local next_drain = 0
+M.lost_window = 0   -- samples lost by the windows' own profiles
+
+local function start_profile(freq)
+  local pe = require("perf_event")
+  -- 32 pages (128 KiB): the unprivileged mlock budget (perf_event_mlock_kb)
+  -- is per user, shared by every worker of nobody
+  return pe.profile.start({ freq = freq, keep = false, pages = 32, lua = conf.stacks ~= "c" })
+end
+
+--- Starts the always-on sampler of this worker.
+function M.start(opts)
+  conf.freq, conf.stacks = opts.freq, opts.stacks
+  local p, err = start_profile(conf.freq)
+  always, always_err = p, err
+  if not p then return nil, err end
+  return true
+end
+
+function M.profile() return always, always_err end
+
+--- The timer's part: drains the always-on profile about every 100 samples
+-- (once a second at 99 Hz; the 128 KiB ring holds several seconds).
+function M.tick(now)
+  local p = always
+  if not p or now < next_drain then return end
+  next_drain = now + min(1, 100 / conf.freq) - 0.05
+  p:drain()
+  if (p.nstacks or 0) > conf.max_stacks then p:reset() end
+end
+
+--- Stops the always-on profile (the worker exits).
+function M.stop()
+  if always then always:stop() end
+  always = nil
+end
+
+--- A window begins in this worker: returns its state, or nil and why.
+function M.begin(hz)
+  local w = {}
+  if always then
+    always:drain()
+    always:reset()
+    w.p, w.own, w.lost0, w.n0 = always, false, always.lost, always.nsamples
+    w.freq = conf.freq
+  else
+    local p, err = start_profile(hz)
+    if not p then return nil, err end
+    w.p, w.own, w.lost0, w.n0, w.freq = p, true, 0, 0, hz
+  end
+  ngx.update_time()
+  w.t0 = ngx.now()
+  return w
+end
+
+--- The window ends: its stacks as text, a header line first
+-- ("#freq=99 samples=N lost=L mode=full duration=3.012"), then one
+-- folded line per stack ("a;b;c N").
+function M.finish(w)
+  local p = w.p
+  local counts
+  if w.own then
+    p:stop()
+    M.lost_window = M.lost_window + (tonumber(p.lost) or 0)
+  else
+    p:drain()
+  end
+  counts = p:aggregate({ reset = not w.own })
+  ngx.update_time()
+  local out = { format("#freq=%d samples=%d lost=%d mode=%s duration=%.3f%s", floor(w.freq),
+                       p.nsamples - w.n0, (tonumber(p.lost) or 0) - w.lost0, tostring(p.mode),
+                       ngx.now() - w.t0,
+                       p.stacks == false and p.stacks_reason and (" note=" .. p.stacks_reason:gsub("%s", "_")) or "") }
+  for _, e in ipairs(counts) do out[#out + 1] = e.key .. " " .. e.count end
+  return concat(out, "\n")
+end
+
+return M
