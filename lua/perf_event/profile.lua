@@ -819,6 +819,37 @@ end
 -- @treturn[2] nil
 -- @treturn[2] string why the event could not be opened
 local drain_fns   -- the functions of a drain's resolution (defined at the end)
+local start_safepoint
+
+-- the default on LuaJIT: stacks taken at a safe point through LuaJIT's
+-- profiler hook (profile/safepoint.lua, csrc/luasafe.c): no prototype
+-- registry, no trace registry, no registers or stack copy per sample.
+-- Returns the started profile; or false, why (the caller falls back to the
+-- signal-time walk); or nil when the event cannot be opened (p.err).
+start_safepoint = function(p, pe, opts)
+  local safepoint = require("perf_event.profile.safepoint")
+  local st = safepoint.selftest()
+  if not st.ok then return false, st.reason end
+  local spec = { event = p.event, exclude_kernel = true, exclude_hv = true,
+                 use_clockid = true, clockid = "monotonic", sample_type = "ip|tid|time",
+                 wakeup_events = 1 }
+  if opts.period then spec.sample_period = opts.period
+  else spec.freq = true; spec.sample_freq = opts.freq or 999 end
+  local ev, err = pe.open(spec, { pages = opts.pages or 512 })
+  if not ev and not opts.pages then ev, err = pe.open(spec, { pages = 64 }) end
+  if not ev then p.err = err return nil end
+  p.ev = ev
+  p.helpers = { proto_info = proto_info, builtins = M.builtins, frame_name = frame_name }
+  local ok, why = safepoint.arm(p)
+  if not ok then ev:close() p.ev = nil return false, why end
+  p.mode, p.walk, p.stacks, p.selftest = "safepoint", "safepoint", true, st
+  p.running = true
+  p.freq, p.period = not opts.period and (opts.freq or 999) or nil, opts.period
+  p.time_nanos, p.t_start = os.time() * 1e9, now()
+  local eok, e2 = ev:enable()
+  if not eok and e2 then p:stop() return nil end
+  return p
+end
 
 function M.start(opts)
   opts = opts or {}
@@ -834,6 +865,19 @@ function M.start(opts)
     -- compile charged to the drain). Interpreted, a drain costs about as
     -- much per sample, without them. For the whole process
     if jit then for _, f in ipairs(drain_fns()) do jit.off(f) end end
+  end
+  if opts.walk ~= nil and opts.walk ~= "safepoint" and opts.walk ~= "signal" then
+    error("profile.start: walk must be \"safepoint\" or \"signal\", got " .. tostring(opts.walk), 2)
+  end
+  local hz0 = opts.period and (p.event == "cpu-clock" or p.event == "task-clock") and 1e9 / opts.period
+              or not opts.period and (opts.freq or 999)
+  local safe_reason
+  if jit and opts.lua ~= false and opts.walk ~= "signal" and opts.stacks ~= false
+     and not (hz0 and hz0 > MAX_WALK_HZ) then
+    local sp, why = start_safepoint(p, pe, opts)
+    if sp then return sp end
+    if sp == nil then return nil, p.err end
+    safe_reason = "signal walk: the safe-point capture is not available: " .. tostring(why)
   end
   local mode, reason = "c", "not LuaJIT"
   if jit and opts.lua ~= false then
@@ -930,6 +974,8 @@ function M.start(opts)
     p.walk_ns0 = tonumber((select(4, LP.luaprof_read())))
     p.sig_throttled0 = tonumber((select(7, LP.luaprof_read())))
   end
+  if safe_reason then p.walk, p.stacks_reason = "signal", p.stacks_reason or safe_reason
+  elseif p.stacks then p.walk = "signal" end
   p.running = true
   -- what an exporter needs to know (pprof's period, time and duration)
   p.freq, p.period = not opts.period and (opts.freq or 999) or nil, opts.period
@@ -1112,6 +1158,10 @@ function Profile:drain()
     self.maps_t = t_drain or nil
   end
   if self.hook then self:_hook_drain(not self.running) return self end
+  if self.safe then
+    require("perf_event.profile.safepoint").drain(self, not self.running)
+    return self
+  end
   local samples = self.samples
   local sigs, si = nil, 1
   if self.stacks then
@@ -1154,7 +1204,8 @@ function Profile:stop()
   if self.t_start then self.duration_nanos = now() - self.t_start end
   local open = pcall(self.ev.fd, self.ev)   -- closed behind our back?
   if open then self.ev:disable() end
-  if self.stacks and open then pe_module().core._private.luaprof_disarm(self.ev:fd()) end
+  if self.safe then require("perf_event.profile.safepoint").disarm(self, open)
+  elseif self.stacks and open then pe_module().core._private.luaprof_disarm(self.ev:fd()) end
   if self.hook then
     local LP = pe_module().core._private
     LP.luahook_stop()
