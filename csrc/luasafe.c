@@ -47,7 +47,7 @@
 
 /* ---------------------------------------------------------------- layouts
  * LuaJIT 2.1, GC64 (lj_obj.h): lua_State glref +16, base +32, top +40,
- * stack +56, cframe +80; a TValue holding a GC object keeps its address
+ * stack +56, cframe +80, stacksize +88; a TValue holding a GC object keeps its address
  * in the low 47 bits; GCfunc: gct +9 (~LJ_TFUNC = 8), ffid +10 (0 Lua,
  * 1 C, more a builtin), GCfuncC.f +40, upvalue[0] +48; a thread's gct is
  * ~LJ_TTHREAD = 6.  The global_State words (vmstate, mainthref, cur_L)
@@ -63,7 +63,10 @@
 #define LS_FNC_UV0 48
 #define LS_GCT_FUNC 8
 #define LS_GCT_THREAD 6
+#define LS_VMST_INTERP (~0)
 #define LS_VMST_C (~1)
+#define LS_L_SIZE 88                 /* lua_State.stacksize (slots) */
+#define LS_ITYPE_FUNC 0x1fff7u       /* (~LJ_TFUNC) & 0x1ffff */
 #define LS_CFRAME_SPAN (8u << 20)
 
 #define LD64(a) (*(volatile uint64_t *)(uintptr_t)(a))
@@ -120,6 +123,24 @@ static uint64_t ls_now(void)
 
 /* ---------------------------------------------------------------- signal */
 
+/* notes in r the builtin or C function whose frame has BASE base in
+ * thread l: base must lie in l's stack, the slot below its link must hold
+ * a function value (GC64 itype ~LJ_TFUNC in the top 17 bits), not a Lua
+ * one; 1 when found */
+static int ls_leaf_at(ls_rec *r, uint64_t l, uint64_t base)
+{
+  uint64_t stack = LD64(l + LS_L_STACK), size = (uint64_t)(uint32_t)LD32(l + LS_L_SIZE), tv, fn;
+  if (base < stack + 24 || (base & 7) || base >= stack + 8 * size) return 0;
+  tv = LD64(base - 16);
+  if ((tv >> 47) != LS_ITYPE_FUNC) return 0;
+  fn = tv & LS_GCMASK;
+  if (fn < 0x10000 || (fn & 7) || LD8(fn + LS_FN_GCT) != LS_GCT_FUNC || LD8(fn + LS_FN_FFID) == 0) return 0;
+  r->leaf = fn;
+  r->leaf_l = l;
+  r->leaf_off = (uint32_t)((base - stack) / 8 - 1);
+  return 1;
+}
+
 static void ls_record(int fd, const ucontext_t *uc)
 {
   ls_prof *p = NULL;
@@ -147,17 +168,15 @@ static void ls_record(int fd, const ucontext_t *uc)
     if (!cf || sp > cf || cf - sp >= LS_CFRAME_SPAN) {
       r->out = 1;
     } else {
-      uint64_t base = LD64(l + LS_L_BASE), stack = LD64(l + LS_L_STACK);
-      if (base > stack + 16 && !(base & 7)) {
-        uint64_t fn = LD64(base - 16) & LS_GCMASK;
-        if (fn > 0x10000 && !(fn & 7) && LD8(fn + LS_FN_GCT) == LS_GCT_FUNC
-            && LD8(fn + LS_FN_FFID) != 0) {
-          r->leaf = fn;
-          r->leaf_l = l;
-          r->leaf_off = (uint32_t)((base - stack) / 8 - 1);
-        }
-      }
+      ls_leaf_at(r, l, LD64(l + LS_L_BASE));
     }
+  } else if (r->vms == LS_VMST_INTERP) {
+    /* a fast function (math.sqrt) or the C helper of one (tostring's
+     * number formatting): its BASE is in rdx, or (rdx clobbered by the
+     * helper) stored in cur_L->base before the call */
+    uint64_t l = LD64(ls_curl);
+    if (l && !ls_leaf_at(r, l, (uint64_t)uc->uc_mcontext.gregs[REG_RDX]))
+      ls_leaf_at(r, l, LD64(l + LS_L_BASE));
   }
   if (r->out || ls_in_cap || !ls_active) {
     r->state = LS_DONE;
@@ -302,8 +321,9 @@ static void ls_forget(void)
 /* one frame, as the stack's words hold it:
  *   Lua:     0, chunk id, linedefined, lastlinedefined, currentline, 0
  *   builtin: 1, ffid, GCfunc address low, high, 0, 0
- *   C:       2, 0, GCfunc address low, high, lua_CFunction low, high */
-enum { LS_FLUA, LS_FFF, LS_FC };
+ *   C:       2, 0, GCfunc address low, high, lua_CFunction low, high
+ *   a coroutine.wrap function: 3, ffid, GCfunc address low, high, 0, 0 */
+enum { LS_FLUA, LS_FFF, LS_FC, LS_FWRAP };
 #define LS_TRUNC 1u        /* flags: deeper frames left out */
 #define LS_UNJOINED 2u     /* a coroutine whose resumer was not found */
 
@@ -359,7 +379,7 @@ static int ls_walk(lua_State *L, ls_fr *out, int max, int *nlua, int *trunc)
         f->w[4] = (uint32_t)ar.currentline;
         (*nlua)++;
       } else {
-        f->w[0] = ffid == 1 ? LS_FC : LS_FFF;
+        f->w[0] = ffid == 1 ? LS_FC : ffid == ls_wrap_ffid ? LS_FWRAP : LS_FFF;
         f->w[1] = ffid == 1 ? 0 : (uint32_t)ffid;
         f->w[2] = (uint32_t)fn;
         f->w[3] = (uint32_t)(fn >> 32);
@@ -510,9 +530,10 @@ static int ls_push_fail(lua_State *L, const char *msg)
   return 2;
 }
 
-/* _private.luasafe_arm(fd, resume, wrapped) -> slot | nil, reason:
- * resume is coroutine.resume, wrapped a coroutine.wrap function (their
- * identities let the capture find who resumed a coroutine) */
+/* _private.luasafe_arm(fd, resume, wrapped [, "l"|"f"]) -> slot | nil,
+ * reason: resume is coroutine.resume, wrapped a coroutine.wrap function
+ * (their identities let the capture find who resumed a coroutine); the
+ * profiler's mode applies when this arm starts it */
 static int l_arm(lua_State *L)
 {
   int fd = pe_check_int(L, 1, "fd", 0, 0x7fffffff);
@@ -539,7 +560,10 @@ static int l_arm(lua_State *L)
     ls_root = (uint64_t)(uintptr_t)L;
     ls_resume_fn = lua_isfunction(L, 2) ? (uint64_t)(uintptr_t)lua_topointer(L, 2) : 0;
     ls_wrap_ffid = lua_isfunction(L, 3) ? LD8((uint64_t)(uintptr_t)lua_topointer(L, 3) + LS_FN_FFID) : -1;
-    luaJIT_profile_start(L, "l", ls_capture, NULL);
+    /* "l": a trace exits at its next line change, so a compiled loop's
+     * samples name the body's lines (as -jp=l); "f" (function changes
+     * only) for measuring */
+    luaJIT_profile_start(L, lua_isstring(L, 4) && lua_tostring(L, 4)[0] == 'f' ? "f" : "l", ls_capture, NULL);
     memset(&zero, 0, sizeof zero);
     setitimer(ITIMER_PROF, &zero, NULL);     /* its timer never fires */
     if (sigaction(SIGPROF, NULL, &old) < 0 || (old.sa_flags & SA_SIGINFO)

@@ -840,7 +840,7 @@ start_safepoint = function(p, pe, opts)
   if not ev then p.err = err return nil end
   p.ev = ev
   p.helpers = { proto_info = proto_info, builtins = M.builtins, frame_name = frame_name }
-  local ok, why = safepoint.arm(p)
+  local ok, why = safepoint.arm(p, opts.lj_mode)   -- lj_mode "f": bench/profile/safepoint.lua only
   if not ok then ev:close() p.ev = nil return false, why end
   p.mode, p.walk, p.stacks, p.selftest = "safepoint", "safepoint", true, st
   p.running = true
@@ -872,7 +872,8 @@ function M.start(opts)
   local hz0 = opts.period and (p.event == "cpu-clock" or p.event == "task-clock") and 1e9 / opts.period
               or not opts.period and (opts.freq or 999)
   local safe_reason
-  if jit and opts.lua ~= false and opts.walk ~= "signal" and opts.stacks ~= false
+  -- (perfmap names the traces: the signal walk's trace registry has them)
+  if jit and opts.lua ~= false and opts.walk ~= "signal" and opts.stacks ~= false and not opts.perfmap
      and not (hz0 and hz0 > MAX_WALK_HZ) then
     local sp, why = start_safepoint(p, pe, opts)
     if sp then return sp end

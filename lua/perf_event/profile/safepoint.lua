@@ -160,11 +160,11 @@ end
 
 --- Arms safe-point capture for profile p (its event p.ev opened with a
 -- wakeup per sample). @treturn true | nil, reason
-function M.arm(p)
+function M.arm(p, lj_mode)
   local st = M.selftest()
   if not st.ok then return nil, st.reason end
   local LP = core_private()
-  local slot, err = LP.luasafe_arm(p.ev:fd(), coroutine.resume, here_args[2])
+  local slot, err = LP.luasafe_arm(p.ev:fd(), coroutine.resume, here_args[2], lj_mode)
   if not slot then return nil, err end
   p.safe = { slot = slot, nstacks = 0, nchunks = 0, stacks = {}, chunks = {}, frames = {}, q = {}, qi = 1,
              wait = {}, ipc = {}, nipc = 0 }
@@ -214,7 +214,8 @@ local function stack_frames(p, id)
     elseif i > 3 or k ~= 2 then
       -- (the outermost C frame, the host's entry (lua_pcall's), is left out)
       local cf = k == 2 and u64(w[i + 4], w[i + 5]) or nil
-      fr[#fr + 1] = { c = c_name(p, u64(w[i + 2], w[i + 3]), cf), builtin = k == 1 or nil }
+      local name = k == 3 and "coroutine.wrap" or c_name(p, u64(w[i + 2], w[i + 3]), cf)
+      fr[#fr + 1] = { c = name, builtin = k ~= 2 or nil }
     end
   end
   if w[1] % 2 == FLAG_TRUNC then fr.truncated = true end
@@ -266,7 +267,9 @@ local function resolve(p, rec, sig)
   end
   local leaf = sig.leaf and not sig.cut
   local name, module = ip_sym(p, ip)
-  local vm = in_vm(name, module)
+  -- in a trace (vmstate >= 0), LuaJIT's own code is a helper the trace
+  -- called (string formatting, table resizing): kept as the leaf
+  local vm = in_vm(name, module) and not (sig.vms >= 0 and module)
   if not leaf and vm then return fr end
   local out = {}
   for i = 1, #fr do out[i] = fr[i] end
