@@ -141,6 +141,23 @@ static int ls_leaf_at(ls_rec *r, uint64_t l, uint64_t base)
   return 1;
 }
 
+/* LuaJIT's profiler is still the one this file started: SIGPROF still
+ * has its handler (someone's luaJIT_profile_stop restores the default, and
+ * its profile_signal would then dereference a NULL state). One
+ * rt_sigaction per signal: the profiler's state is private to LuaJIT */
+static int ls_sigprof_ours(void)
+{
+  struct sigaction cur;
+  return sigaction(SIGPROF, NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == ls_ljh;
+}
+
+/* and nobody restarted it meanwhile (jit.profile arms ITIMER_PROF) */
+static int ls_profiler_ours(void)
+{
+  struct itimerval it;
+  return ls_sigprof_ours() && getitimer(ITIMER_PROF, &it) == 0 && !it.it_value.tv_sec && !it.it_value.tv_usec;
+}
+
 static void ls_record(int fd, const ucontext_t *uc)
 {
   ls_prof *p = NULL;
@@ -178,7 +195,7 @@ static void ls_record(int fd, const ucontext_t *uc)
     if (l && !ls_leaf_at(r, l, (uint64_t)uc->uc_mcontext.gregs[REG_RDX]))
       ls_leaf_at(r, l, LD64(l + LS_L_BASE));
   }
-  if (r->out || ls_in_cap || !ls_active) {
+  if (r->out || ls_in_cap || !ls_active || !ls_sigprof_ours()) {
     r->state = LS_DONE;
   } else {
     r->state = LS_PENDING;
@@ -249,8 +266,17 @@ static int ls_grow(uint32_t **tab, uint32_t *size, uint32_t n, uint32_t (*key)(u
   return 1;
 }
 
+/* a stack's words: one step a word */
+static uint32_t ls_hashw(const uint32_t *w, size_t n)
+{
+  uint32_t h = 2166136261u;
+  size_t i;
+  for (i = 0; i < n; i++) h = (h ^ w[i]) * 16777619u;
+  return h ? h : 1;
+}
+
 static uint32_t ls_chunk_key(uint32_t i) { return ls_hash(ls_chunks[i], strlen(ls_chunks[i])); }
-static uint32_t ls_stack_key(uint32_t i) { return ls_hash(ls_stacks[i], (2 + 6 * ls_stacks[i][1]) * 4); }
+static uint32_t ls_stack_key(uint32_t i) { return ls_hashw(ls_stacks[i], 2 + 6 * (size_t)ls_stacks[i][1]); }
 
 /* the chunk's id (1-based), or 0 when out of memory */
 static uint32_t ls_chunk(const char *s)
@@ -286,7 +312,7 @@ static uint32_t ls_intern(const uint32_t *w)
   uint32_t h, i, *c;
   if ((ls_nstacks + 1) * 2 > ls_shsize && !ls_grow(&ls_shash, &ls_shsize, ls_nstacks, ls_stack_key))
     return 0;
-  h = ls_hash(w, bytes) & (ls_shsize - 1);
+  h = ls_hashw(w, bytes / 4) & (ls_shsize - 1);
   while ((i = ls_shash[h]) != 0) {
     if (memcmp(ls_stacks[i - 1], w, bytes) == 0) return i;
     h = (h + 1) & (ls_shsize - 1);
@@ -547,6 +573,8 @@ static int l_arm(lua_State *L)
   }
   for (k = 0; k < LS_MAXP; k++) if (!ls_p[k].on) { slot = k; break; }
   if (slot < 0) return ls_push_fail(L, "4 safe-point profiles are armed already");
+  if (ls_active && !ls_profiler_ours())
+    return ls_push_fail(L, "LuaJIT's profiler is in use (restarted by jit.profile or -jp since)");
   if (!ls_active) {
     struct sigaction old;
     struct itimerval it, zero;
@@ -631,9 +659,10 @@ static int l_disarm(lua_State *L)
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   if (!ls_any_on() && ls_active) {
     /* the handlers stay installed (a signal already queued must not meet
-     * a default action); LuaJIT's stop restores SIGPROF */
+     * a default action); LuaJIT's stop restores SIGPROF. Not when
+     * jit.profile took the profiler over meanwhile: its profile stays */
     ls_active = 0;
-    luaJIT_profile_stop(L);
+    if (ls_profiler_ours()) luaJIT_profile_stop(L);
   }
   lua_pushboolean(L, 1);
   return 1;
