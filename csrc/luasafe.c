@@ -143,15 +143,16 @@ static int ls_leaf_at(ls_rec *r, uint64_t l, uint64_t base)
 
 /* LuaJIT's profiler is still the one this file started: SIGPROF still
  * has its handler (someone's luaJIT_profile_stop restores the default, and
- * its profile_signal would then dereference a NULL state). One
- * rt_sigaction per signal: the profiler's state is private to LuaJIT */
+ * its profile_signal would then dereference a NULL state), and ITIMER_PROF
+ * is still disarmed (a jit.profile started since arms it: its profile is
+ * left alone). Two syscalls per signal: the profiler's state is private
+ * to LuaJIT */
 static int ls_sigprof_ours(void)
 {
   struct sigaction cur;
   return sigaction(SIGPROF, NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == ls_ljh;
 }
 
-/* and nobody restarted it meanwhile (jit.profile arms ITIMER_PROF) */
 static int ls_profiler_ours(void)
 {
   struct itimerval it;
@@ -195,7 +196,7 @@ static void ls_record(int fd, const ucontext_t *uc)
     if (l && !ls_leaf_at(r, l, (uint64_t)uc->uc_mcontext.gregs[REG_RDX]))
       ls_leaf_at(r, l, LD64(l + LS_L_BASE));
   }
-  if (r->out || ls_in_cap || !ls_active || !ls_sigprof_ours()) {
+  if (r->out || ls_in_cap || !ls_active || !ls_profiler_ours()) {
     r->state = LS_DONE;
   } else {
     r->state = LS_PENDING;
@@ -722,6 +723,8 @@ static int l_read(lua_State *L)
   pe_push_u64(L, ls_nunjoined); lua_setfield(L, -2, "unjoined");
   lua_pushinteger(L, p->dropped); lua_setfield(L, -2, "dropped");
   lua_pushinteger(L, (lua_Integer)ls_throttled); lua_setfield(L, -2, "throttled");
+  /* the last profile's last read: the interned stacks go (ids restart) */
+  if (final && !ls_any_on() && !ls_active) ls_forget();
   return 4;
 }
 

@@ -839,7 +839,7 @@ start_safepoint = function(p, pe, opts)
   if not ev and not opts.pages then ev, err = pe.open(spec, { pages = 64 }) end
   if not ev then p.err = err return nil end
   p.ev = ev
-  p.helpers = { proto_info = proto_info, builtins = M.builtins, frame_name = frame_name }
+  p.helpers = { proto_info = proto_info, builtins = M.builtins, frame_name = frame_name, addr_of = addr_of }
   local ok, why = safepoint.arm(p, opts.lj_mode)   -- lj_mode "f": bench/profile/safepoint.lua only
   if not ok then ev:close() p.ev = nil return false, why end
   p.mode, p.walk, p.stacks, p.selftest = "safepoint", "safepoint", true, st

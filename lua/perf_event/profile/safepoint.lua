@@ -181,16 +181,29 @@ end
 
 -- the profile's name for the C function or builtin at GCfunc address a
 -- (lua_CFunction cf when known)
-local function c_name(p, a, cf)
+local function c_name(p, a, cf, ffid)
   local b = p.builtins
-  if not b then b = p.helpers.builtins() p.builtins = b end
-  local n = b[a]
+  if not b then
+    b = p.helpers.builtins()
+    p.builtins = b
+    -- the builtins by ffid too: one not in a library table (ipairs'
+    -- iterator) is named as LuaJIT's tostring names it, builtin#N
+    local byff, jutil = {}, require("jit.util")
+    for _, f in ipairs(b.functions) do
+      local fi = jutil.funcinfo(f)
+      if fi.ffid and not byff[fi.ffid] then byff[fi.ffid] = b[p.helpers.addr_of(f)] end
+    end
+    p.builtins_ffid = byff
+  end
+  local n = b[a] or (ffid and p.builtins_ffid[ffid])
   if n then return n end
+  if ffid then return "builtin#" .. ffid end
   if cf and cf ~= 0 and p.sym then
-    local name = p.sym:lookup(cf)
+    local name, _, module = p.sym:lookup(cf)
+    if module and name:find("+0x", 1, true) then name = "[" .. module .. "]" end
     if name then return name end
   end
-  return format("[C 0x%x]", cf and cf ~= 0 and cf or a)
+  return format("[C@0x%x]", cf and cf ~= 0 and cf or a)
 end
 
 local function u64(lo, hi)
@@ -214,7 +227,7 @@ local function stack_frames(p, id)
     elseif i > 3 or k ~= 2 then
       -- (the outermost C frame, the host's entry (lua_pcall's), is left out)
       local cf = k == 2 and u64(w[i + 4], w[i + 5]) or nil
-      local name = k == 3 and "coroutine.wrap" or c_name(p, u64(w[i + 2], w[i + 3]), cf)
+      local name = k == 3 and "coroutine.wrap" or c_name(p, u64(w[i + 2], w[i + 3]), cf, k == 1 and w[i + 1] or nil)
       fr[#fr + 1] = { c = name, builtin = k ~= 2 or nil }
     end
   end
@@ -238,9 +251,15 @@ local function ip_sym(p, ip)
   return e[1], e[2]
 end
 
--- the VM's own code (the interpreter, trace code in anonymous memory)
+-- a module's own file (not anonymous memory, "anon" to the symbols, or
+-- a pseudo-file such as "[vdso]")
+local function is_file(module)
+  return module and module ~= "anon" and module:sub(1, 1) ~= "["
+end
+
+-- the VM's own code: the interpreter, or trace code (anonymous memory)
 local function in_vm(name, module)
-  return not module or (module:find("luajit", 1, true) and (name:find("+0x", 1, true)
+  return not is_file(module) or (module:find("luajit", 1, true) and (name:find("+0x", 1, true)
     or name:find("^lj_") or name:find("^%[")))
 end
 
@@ -269,7 +288,7 @@ local function resolve(p, rec, sig)
   local name, module = ip_sym(p, ip)
   -- in a trace (vmstate >= 0), LuaJIT's own code is a helper the trace
   -- called (string formatting, table resizing): kept as the leaf
-  local vm = in_vm(name, module) and not (sig.vms >= 0 and module)
+  local vm = in_vm(name, module) and not (sig.vms >= 0 and is_file(module))
   if not leaf and vm then return fr end
   local out = {}
   for i = 1, #fr do out[i] = fr[i] end
