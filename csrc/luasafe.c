@@ -757,6 +757,16 @@ static int l_here(lua_State *L)
   return 2;
 }
 
+/* _private.luasafe_stats() -> {throttled=, late=}: SIGIOs taken (the
+ * kernel could not queue the signal) and signals for no armed profile */
+static int l_stats(lua_State *L)
+{
+  lua_createtable(L, 0, 2);
+  lua_pushinteger(L, (lua_Integer)ls_throttled); lua_setfield(L, -2, "throttled");
+  lua_pushinteger(L, (lua_Integer)ls_late); lua_setfield(L, -2, "late");
+  return 1;
+}
+
 /* _private.luasafe_forget(): frees the interned stacks and chunk names
  * when no profile is armed (true), else false */
 static int l_forget(lua_State *L)
@@ -778,6 +788,7 @@ static int l_needs(lua_State *L)
 #define l_read l_needs
 #define l_here l_needs
 #define l_forget l_needs
+#define l_stats l_needs
 #endif
 
 /* the functions go to core._private (profile/safepoint.lua's, not API) */
@@ -785,7 +796,7 @@ void pe_open_luasafe(lua_State *L)
 {
   static const luaL_Reg fns[] = {
     {"luasafe_arm", l_arm}, {"luasafe_disarm", l_disarm}, {"luasafe_read", l_read},
-    {"luasafe_here", l_here}, {"luasafe_forget", l_forget}, {NULL, NULL}
+    {"luasafe_here", l_here}, {"luasafe_forget", l_forget}, {"luasafe_stats", l_stats}, {NULL, NULL}
   };
   pe_push_private(L, lua_gettop(L));
   pe_setfuncs(L, fns);
