@@ -315,7 +315,7 @@ static uint32_t ls_intern(const uint32_t *w)
     return 0;
   h = ls_hashw(w, bytes / 4) & (ls_shsize - 1);
   while ((i = ls_shash[h]) != 0) {
-    if (memcmp(ls_stacks[i - 1], w, bytes) == 0) return i;
+    if (ls_stacks[i - 1][1] == w[1] && memcmp(ls_stacks[i - 1], w, bytes) == 0) return i;
     h = (h + 1) & (ls_shsize - 1);
   }
   if (ls_nstacks == ls_capstacks) {
