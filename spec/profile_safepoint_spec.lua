@@ -308,32 +308,33 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
       for _, l in ipairs(lines) do o[l] = s > 0 and 100 * (t[l] or 0) / s or 0 end
       return o, s
     end
-    -- jit.profile, one sample per ms, the line of the leaf frame
-    local jp = {}
-    profile.start("li1", function(th, samples)
-      local l = tonumber(profile.dumpstack(th, "l", 1):match(":(%d+)$"))
-      if l then jp[l] = (jp[l] or 0) + samples end
-    end)
-    local t0 = clock()
-    while clock() - t0 < 0.8 do sp_lines(100000) end
-    profile.stop()
-    -- ours
-    local p = assert(pe.profile.start({ freq = 999 }))
-    t0 = clock()
-    while clock() - t0 < 0.8 do sp_lines(100000) end
-    p:stop()
-    local ours = {}
-    for _, fr in ipairs(p.samples) do
-      local f = fr[#fr]
-      if f.lua and f.lua.name == "sp_lines" then ours[f.line] = (ours[f.line] or 0) + 1 end
+    -- jit.profile, one sample per ms asked (ITIMER_PROF ticks with the
+    -- kernel's HZ: 4 ms here), the line of the leaf frame; then ours; in
+    -- alternating rounds, so that the machine's load hits both alike
+    local jp, ours = {}, {}
+    for _ = 1, 4 do
+      profile.start("li1", function(th, samples)
+        local l = tonumber(profile.dumpstack(th, "l", 1):match(":(%d+)$"))
+        if l then jp[l] = (jp[l] or 0) + samples end
+      end)
+      local t0 = clock()
+      while clock() - t0 < 0.6 do sp_lines(100000) end
+      profile.stop()
+      local p = assert(pe.profile.start({ freq = 999 }))
+      t0 = clock()
+      while clock() - t0 < 0.3 do sp_lines(100000) end
+      p:stop()
+      for _, fr in ipairs(p.samples) do
+        local f = fr[#fr]
+        if f.lua and f.lua.name == "sp_lines" then ours[f.line] = (ours[f.line] or 0) + 1 end
+      end
     end
     local jn, js = norm(jp)
     local on, os_ = norm(ours)
     local why = sformat("jit.profile %d samples: %.1f/%.1f/%.1f%%; ours %d: %.1f/%.1f/%.1f%%", js,
                         jn[lines[1]], jn[lines[2]], jn[lines[3]], os_, on[lines[1]], on[lines[2]], on[lines[3]])
-    -- ITIMER_PROF ticks with the kernel's HZ (250 here: 4 ms, not 1)
     if os.getenv("PE_PROF_REPORT") then io.stderr:write("lines: ", why, "\n") end
-    assert.is_true(js >= 150 and os_ >= 300, why)
+    assert.is_true(js >= 300 and os_ >= 600, why)
     for _, l in ipairs(lines) do assert.is_true(math.abs(jn[l] - on[l]) <= 5, why) end
   end)
 

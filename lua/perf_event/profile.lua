@@ -1392,18 +1392,22 @@ function Profile:kinds()
   return k
 end
 
---- The self-test results: layout and register checks (LuaJIT only).
+--- The self-test results: layout and register checks of the signal walk,
+-- and `safepoint`, the safe-point capture's (LuaJIT only).
 function M.selftest()
   if not jit then return { ok = false, reason = "not LuaJIT" } end
+  local sp = require("perf_event.profile.safepoint").selftest()
   local lay = check_layout()
-  if not lay.ok then return { ok = false, reason = lay.reason, layout = lay } end
+  if not lay.ok then return { ok = false, reason = lay.reason, layout = lay, safepoint = sp } end
   local rc = check_regs(pe_module())
-  return { ok = rc.ok, reason = rc.reason, layout = lay, regs = rc }
+  return { ok = rc.ok, reason = rc.reason, layout = lay, regs = rc, safepoint = sp }
 end
 
 drain_fns = function()
-  return { Profile.drain, Profile._resolve, Profile._leaf, Profile._count, Profile._prune, callers,
-           Reg.find_trace, Reg.find_bc, last_at_or_below, le_u64 }
+  local t = { Profile.drain, Profile._resolve, Profile._leaf, Profile._count, Profile._prune, callers,
+              Reg.find_trace, Reg.find_bc, last_at_or_below, le_u64 }
+  for _, f in ipairs(require("perf_event.profile.safepoint").drain_fns()) do t[#t + 1] = f end
+  return t
 end
 
 return M

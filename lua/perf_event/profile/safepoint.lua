@@ -360,6 +360,12 @@ function M.drain(p, final)
   s.q, s.qi = qrest, 1
 end
 
+-- the functions of a drain, for profile.lua's jit.off of an aggregated
+-- profile's drain (see M.start there)
+function M.drain_fns()
+  return { M.drain, resolve, stack_frames, ip_sym, c_leaf, in_vm, is_file, c_name, u64 }
+end
+
 --- What a stack id stands for (tests): its frames' text, root first.
 function M.text(p, fr)
   local parts = {}
