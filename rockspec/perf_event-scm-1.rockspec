@@ -9,7 +9,8 @@
 -- -fvisibility=hidden and every csrc/*.c, so there is no second list of
 -- sources here), against the headers luarocks was configured for; the build
 -- directory is named after those headers so that 5.1 and 5.4 never share an
--- object.  Every lua/perf_event/*.lua is installed: again no list to keep.
+-- object.  Every lua/perf_event/*.lua and lua/perf_event/profile/*.lua is
+-- installed: again no list to keep.
 -- spec/rock_spec.lua builds and installs this rock into temporary trees and
 -- runs the installed luaperf and pe.open on each interpreter.
 rockspec_format = "3.0"
@@ -37,9 +38,10 @@ dependencies = {
 build = {
   type = "command",
   build_command = [[make rock 'ROCK_DIR=build/rock$(LUA_INCDIR)' 'ROCK_INC=-I$(LUA_INCDIR)' 'CFLAGS=$(CFLAGS)']],
-  install_command = [[mkdir -p '$(LIBDIR)/perf_event' '$(LUADIR)/perf_event' ]]
+  install_command = [[mkdir -p '$(LIBDIR)/perf_event' '$(LUADIR)/perf_event/profile' ]]
     .. [[&& cp 'build/rock$(LUA_INCDIR)/perf_event/core.so' '$(LIBDIR)/perf_event/' ]]
-    .. [[&& cp lua/perf_event/*.lua '$(LUADIR)/perf_event/']],
+    .. [[&& cp lua/perf_event/*.lua '$(LUADIR)/perf_event/' ]]
+    .. [[&& cp lua/perf_event/profile/*.lua '$(LUADIR)/perf_event/profile/']],
   install = {
     bin = { luaperf = "bin/luaperf" },
   },
