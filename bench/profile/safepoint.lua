@@ -5,7 +5,9 @@
 -- plain compiled loop, under a few frames) runs once per round under each
 -- configuration, in the same process and in a rotating order: no profile;
 -- jit.profile("li1") with a dumpstack per sample (what -jp does); pe.profile
--- at 999 Hz and 99 Hz (safe point, mode "l"); at 999 Hz with mode "f";
+-- at 999 Hz, 99 Hz and 9999 Hz (safe point, mode "l"; the last one's time
+-- over its samples gives a cost per sample above the noise); at 999 Hz
+-- with mode "f"; the signal walk and no stacks at all at 9999 Hz;
 -- at 999 Hz with the signal-time walk. It prints each one's median and
 -- minimum CPU time (os.clock) against no profile, the capture's own time
 -- per sample, and pe.profile's start time and Lua heap growth (median
@@ -107,6 +109,11 @@ local configs = {
     end },
   { "pe 999 Hz", pe_cfg({ freq = 999, name = "pe 999 Hz" }) },
   { "pe 99 Hz", pe_cfg({ freq = 99, name = "pe 99 Hz" }) },
+  -- 10x the samples: the cost per sample shows above the noise
+  { "pe 9999 Hz", pe_cfg({ freq = 9999, name = "pe 9999 Hz" }) },
+  { "pe 9999 Hz signal walk", pe_cfg({ freq = 9999, walk = "signal", name = "pe 9999 Hz signal walk" }) },
+  -- no signal at all (leaf frames only): the kernel's sampling alone
+  { "pe 9999 Hz no stacks", pe_cfg({ freq = 9999, stacks = false, name = "pe 9999 Hz no stacks" }) },
   { "pe 999 Hz mode f", pe_cfg({ freq = 999, lj_mode = "f", name = "pe 999 Hz mode f" }) },
   { "pe 999 Hz signal walk", pe_cfg({ freq = 999, walk = "signal", name = "pe 999 Hz signal walk" }) },
 }
@@ -151,9 +158,11 @@ for _, c in ipairs(configs) do
                          100 * (min(t) / base_min - 1))
     local st = stats[name]
     if st then
-      line = line .. sformat("  start %.2f ms  heap %+.0f KB  capture %.2f us/sample  %d samples/round  (%s)",
-                             median(st.start), median(st.heap), median(st.cap) / 1000, st.samples / rounds,
-                             tostring(st.walk))
+      local per = st.samples / rounds
+      line = line .. sformat("  start %.2f ms  heap %+.0f KB  capture %.2f us/sample  %d samples/round"
+                             .. "  => %.1f us of CPU per sample (median)  (%s)",
+                             median(st.start), median(st.heap), median(st.cap) / 1000, per,
+                             (median(t) - base_med) / per * 1e6, tostring(st.walk))
     end
     print(line)
   end
