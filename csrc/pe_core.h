@@ -13,8 +13,9 @@
  *   perfdata.c             perf.data helpers: raw ring records, LE packing, build-ids
  *   event.c                event methods, ioctls, reads, the event metatable
  *   ring.c                 ring drain, records, AUX (methods added by event.c)
- *   group.c userpage.c luaprof.c  groups; the user-page (rdpmc) read,
- *                          time_conv; the LuaJIT stack walk (pe.profile)
+ *   group.c userpage.c luaprof.c luasafe.c  groups; the user-page (rdpmc)
+ *                          read, time_conv; the LuaJIT stack walk and the
+ *                          safe-point stacks (pe.profile)
  *   luahook.c              the PUC Lua count hook's stacks (pe.profile)
  *   lifecycle.c            open, close/gc, fork generation, mmap, accessors
  *   layouts.c spawn.c dir.c  shared-ring decode layouts (E6); spawn/wait;
@@ -280,6 +281,7 @@ int pe_open_events(lua_State *L);
 /* spawn.c: adds spawn/catch_signals/wait_pid to the module table on top */
 void pe_open_spawn(lua_State *L);
 void pe_open_luaprof(lua_State *L);         /* luaprof.c */
+void pe_open_luasafe(lua_State *L);         /* luasafe.c */
 void pe_open_luahook(lua_State *L);         /* luahook.c */
 /* perfdata.c: adds pd_next/pd_pack/pd_build_id to core._private */
 void pe_open_perfdata(lua_State *L);

@@ -24,11 +24,16 @@ local function env_number(name)
 end
 
 local period = env_number("PE_PROFILE_PERIOD")
+-- PE_PROFILE_WALK=signal: the signal-time walk, which leaves LuaJIT's own
+-- profiler free for a -jp that starts after this module (luaperf record
+-- --lua sets it when the command has -jp)
+local walk = os.getenv("PE_PROFILE_WALK")
+if walk ~= "signal" and walk ~= "safepoint" then walk = nil end
 -- a value start refuses (PE_PROFILE_FREQ=0) is said like an event that
 -- cannot be opened: the run goes on unprofiled
 local started, p, err = pcall(profile.start, { event = os.getenv("PE_PROFILE_EVENT") or "cpu-clock",
                                period = period, freq = not period and (env_number("PE_PROFILE_FREQ") or 999) or nil,
-                               pages = env_number("PE_PROFILE_PAGES") })
+                               pages = env_number("PE_PROFILE_PAGES"), walk = walk })
 if not started then p, err = nil, p end
 if not p then
   io.stderr:write("perf_event.autoprofile: ", tostring(err), "\n")

@@ -100,8 +100,66 @@ end
 -- the functions of a drain's resolution
 local function drain_fns()
   local Reg = registry.Reg
-  return { Profile.drain, Profile._resolve, Profile._leaf, Profile._count, Profile._prune, resolve.callers,
-           Reg.find_trace, Reg.find_bc, registry.last_at_or_below, raw.le_u64 }
+  local t = { Profile.drain, Profile._resolve, Profile._leaf, Profile._count, Profile._prune, resolve.callers,
+              Reg.find_trace, Reg.find_bc, registry.last_at_or_below, raw.le_u64 }
+  for _, f in ipairs(require("perf_event.profile.safepoint").drain_fns()) do t[#t + 1] = f end
+  return t
+end
+
+-- LuaJIT keeps one callback per VM event ("trace", "bc"): a second
+-- profile's jit.attach would replace the first's (which then misses every
+-- trace compiled from there on), and its stop would leave none. The running
+-- profiles share one callback per event, which calls each of theirs; the
+-- lists are replaced, never changed, so a call goes through the list it began with
+local subs = { trace = {}, bc = {} }
+local dispatch = {
+  trace = function(...) local l = subs.trace for i = 1, #l do l[i](...) end end,
+  bc = function(...) local l = subs.bc for i = 1, #l do l[i](...) end end,
+}
+
+local function subscribe(what, cb)
+  local l = { cb }
+  for i, f in ipairs(subs[what]) do l[i + 1] = f end
+  subs[what] = l
+  if #l == 1 then jit.attach(dispatch[what], what) end
+end
+
+local function unsubscribe(what, cb)
+  local l = {}
+  for _, f in ipairs(subs[what]) do if f ~= cb then l[#l + 1] = f end end
+  subs[what] = l
+  if #l == 0 then jit.attach(dispatch[what]) end
+end
+
+-- the default on LuaJIT: stacks taken at a safe point through LuaJIT's
+-- profiler hook (profile/safepoint.lua, csrc/luasafe.c): no prototype
+-- registry, no trace registry, no registers or stack copy per sample.
+-- Returns the started profile; or false, why (the caller falls back to the
+-- signal-time walk); or nil when the event cannot be opened (p.err).
+local function start_safepoint(p, pe, opts)
+  local safepoint = require("perf_event.profile.safepoint")
+  local st = safepoint.selftest()
+  if not st.ok then return false, st.reason end
+  local spec = { event = p.event, exclude_kernel = true, exclude_hv = true,
+                 use_clockid = true, clockid = "monotonic", sample_type = "ip|tid|time",
+                 wakeup_events = 1 }
+  if opts.period then spec.sample_period = opts.period
+  else spec.freq = true; spec.sample_freq = opts.freq or 999 end
+  local ev, err = pe.open(spec, { pages = opts.pages or 512 })
+  if not ev and not opts.pages then ev, err = pe.open(spec, { pages = 64 }) end
+  if not ev then p.err = err return nil end
+  p.ev = ev
+  p.helpers = { proto_info = naming.proto_info, builtins = M.builtins, frame_name = naming.frame_name,
+                addr_of = raw.addr_of }
+  local ok, why = safepoint.arm(p, opts.lj_mode)   -- lj_mode "f": bench/profile/safepoint.lua only
+  if not ok then ev:close() p.ev = nil return false, why end
+  p.mode, p.walk, p.stacks, p.selftest = "safepoint", "safepoint", true, st
+  p.running = true
+  p.freq, p.period = not opts.period and (opts.freq or 999) or nil, opts.period
+  p.time_nanos, p.t_start = os.time() * 1e9, now()
+  local eok, e2 = ev:enable()
+  if not eok and e2 then p:stop() return nil end
+  return p
 end
 
 --- Starts sampling this thread.
@@ -133,31 +191,6 @@ end
 -- @treturn[1] table the profile
 -- @treturn[2] nil
 -- @treturn[2] string why the event could not be opened
--- LuaJIT keeps one callback per VM event ("trace", "bc"): a second
--- profile's jit.attach would replace the first's (which then misses every
--- trace compiled from there on), and its stop would leave none. The running
--- profiles share one callback per event, which calls each of theirs; the
--- lists are replaced, never changed, so a call goes through the list it began with
-local subs = { trace = {}, bc = {} }
-local dispatch = {
-  trace = function(...) local l = subs.trace for i = 1, #l do l[i](...) end end,
-  bc = function(...) local l = subs.bc for i = 1, #l do l[i](...) end end,
-}
-
-local function subscribe(what, cb)
-  local l = { cb }
-  for i, f in ipairs(subs[what]) do l[i + 1] = f end
-  subs[what] = l
-  if #l == 1 then jit.attach(dispatch[what], what) end
-end
-
-local function unsubscribe(what, cb)
-  local l = {}
-  for _, f in ipairs(subs[what]) do if f ~= cb then l[#l + 1] = f end end
-  subs[what] = l
-  if #l == 0 then jit.attach(dispatch[what]) end
-end
-
 function M.start(opts)
   local bad = options.check(opts)
   if bad then error(bad, 2) end
@@ -173,6 +206,17 @@ function M.start(opts)
     -- compile charged to the drain). Interpreted, a drain costs about as
     -- much per sample, without them. For the whole process
     if jit then for _, f in ipairs(drain_fns()) do jit.off(f) end end
+  end
+  local hz0 = opts.period and (p.event == "cpu-clock" or p.event == "task-clock") and 1e9 / opts.period
+              or not opts.period and (opts.freq or 999)
+  local safe_reason
+  -- (perfmap names the traces: the signal walk's trace registry has them)
+  if jit and opts.lua ~= false and opts.walk ~= "signal" and opts.stacks ~= false and not opts.perfmap
+     and not (hz0 and hz0 > MAX_WALK_HZ) then
+    local sp, why = start_safepoint(p, pe, opts)
+    if sp then return sp end
+    if sp == nil then return nil, p.err end
+    safe_reason = "signal walk: the safe-point capture is not available: " .. tostring(why)
   end
   local mode, reason = "c", "not LuaJIT"
   local rc   -- the self-tests' results (full and trace modes)
@@ -268,6 +312,8 @@ function M.start(opts)
     p.walk_ns0 = tonumber((select(4, LP.luaprof_read())))
     p.sig_throttled0 = tonumber((select(7, LP.luaprof_read())))
   end
+  if safe_reason then p.walk, p.stacks_reason = "signal", p.stacks_reason or safe_reason
+  elseif p.stacks then p.walk = "signal" end
   p.running = true
   -- what an exporter needs to know (pprof's period, time and duration)
   p.freq, p.period = not opts.period and (opts.freq or 999) or nil, opts.period
@@ -286,7 +332,8 @@ function Profile:stop()
   if self.t_start then self.duration_nanos = now() - self.t_start end
   local open = pcall(self.ev.fd, self.ev)   -- closed behind our back?
   if open then self.ev:disable() end
-  if self.stacks and open then pe_module().core._private.luaprof_disarm(self.ev:fd()) end
+  if self.safe then require("perf_event.profile.safepoint").disarm(self, open)
+  elseif self.stacks and open then pe_module().core._private.luaprof_disarm(self.ev:fd()) end
   if self.hook then
     local LP = pe_module().core._private
     LP.luahook_stop()

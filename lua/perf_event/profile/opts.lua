@@ -72,6 +72,8 @@ M.OPTIONS = {
   hook_slots = { "number", integer_in(16, 2^20) },
   depth = { "number", integer_in(1, 1024) },
   hook_leaf = { "boolean" },
+  walk = { "string", one_of("safepoint", "signal") },
+  lj_mode = { "string", one_of("l", "f") },
 }
 
 local NAMES = {}

@@ -153,6 +153,10 @@ function Profile:drain()
     self.maps_t = t_drain or nil
   end
   if self.hook then self:_hook_drain(not self.running) return self end
+  if self.safe then
+    require("perf_event.profile.safepoint").drain(self, not self.running)
+    return self
+  end
   local samples = self.samples
   local sigs, si = nil, 1
   if self.stacks then

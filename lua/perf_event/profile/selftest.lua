@@ -325,13 +325,15 @@ local function check_regs(pe)
 end
 M.check_regs = check_regs
 
---- The self-test results: layout and register checks (LuaJIT only).
+--- The self-test results: layout and register checks of the signal walk,
+-- and `safepoint`, the safe-point capture's (LuaJIT only).
 function M.selftest()
   if not jit then return { ok = false, reason = "not LuaJIT" } end
+  local sp = require("perf_event.profile.safepoint").selftest()
   local lay = check_layout()
-  if not lay.ok then return { ok = false, reason = lay.reason, layout = lay } end
+  if not lay.ok then return { ok = false, reason = lay.reason, layout = lay, safepoint = sp } end
   local rc = check_regs(require("perf_event"))
-  return { ok = rc.ok, reason = rc.reason, layout = lay, regs = rc }
+  return { ok = rc.ok, reason = rc.reason, layout = lay, regs = rc, safepoint = sp }
 end
 
 return M

@@ -1,0 +1,169 @@
+--- bench/profile/safepoint.lua - the cost of pe.profile's safe-point stacks on LuaJIT.
+--   luajit bench/profile/safepoint.lua [ROUNDS]
+-- A fixed workload (string.format/upper, gsub with a callback, table.sort
+-- with a Lua comparator, a pcall/error loop, an allocating loop and a
+-- plain compiled loop, under a few frames) runs once per round under each
+-- configuration, in the same process and in a rotating order: no profile;
+-- jit.profile("li1") with a dumpstack per sample (what -jp does); pe.profile
+-- at 999 Hz, 99 Hz and 9999 Hz (safe point, mode "l"; the last one's time
+-- over its samples gives a cost per sample above the noise); at 999 Hz
+-- with mode "f"; the signal walk and no stacks at all at 9999 Hz;
+-- at 999 Hz with the signal-time walk. It prints each one's median and
+-- minimum CPU time (os.clock) against no profile, the capture's own time
+-- per sample, and pe.profile's start time and Lua heap growth (median
+-- of the rounds). Run from the repository root; doc/profiling.md's figures
+-- come from here.
+local build = os.getenv("PE_BUILD") or "build"
+package.cpath = build .. "/?.so;" .. package.cpath
+package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+
+local jit = rawget(_G, "jit")
+if not jit then
+  io.stderr:write("LuaJIT only (bench/profile/puc_overhead.lua is for PUC Lua)\n")
+  os.exit(2)
+end
+
+local pe = require("perf_event")
+local jprofile = require("jit.profile")
+local clock = os.clock
+local sformat, supper, sgsub, tsort = string.format, string.upper, string.gsub, table.sort
+
+local rounds = tonumber(arg[1] or "15")
+
+local function w_fmt(n)
+  local s = 0
+  for i = 1, n do s = s + #supper(sformat("%d:%s:%5.2f", i, "abc", i / 3)) end
+  return s
+end
+local function w_repl(w) return w .. "!" end
+local function w_gsub(n)
+  local s = 0
+  for _ = 1, n do s = s + #sgsub("alpha beta gamma delta epsilon", "%a+", w_repl) end
+  return s
+end
+local function w_cmp(a, b) return a < b end
+local function w_sort(n)
+  local t = {}
+  for i = 1, n do t[i] = (i * 7919) % 10007 end
+  tsort(t, w_cmp)
+  return t[1]
+end
+local function w_throw(i) if i % 2 == 0 then error("even") end return i end
+local function w_pcall(n)
+  local bad = 0
+  for i = 1, n do if not pcall(w_throw, i) then bad = bad + 1 end end
+  return bad
+end
+local function w_alloc(n)
+  local keep = {}
+  for i = 1, n do keep[i % 64 + 1] = { i, tostring(i) } end
+  return #keep
+end
+local function w_lua(n)
+  local s = 0
+  for i = 1, n do s = (s * 31 + i) % 1000003 end
+  return s
+end
+local function deep(d, f, n)
+  if d == 0 then return f(n) end
+  return deep(d - 1, f, n) + 0
+end
+local function work()
+  for _ = 1, 4 do
+    deep(8, w_fmt, 30000)
+    deep(8, w_gsub, 6000)
+    deep(8, w_sort, 30000)
+    deep(8, w_pcall, 30000)
+    deep(8, w_alloc, 60000)
+    deep(8, w_lua, 2000000)
+  end
+end
+
+local stats = {}
+local function pe_cfg(opts)
+  return function()
+    local t0, m0 = clock(), collectgarbage("count")
+    local p = assert(pe.profile.start(opts))
+    local st = stats[opts.name] or { start = {}, heap = {}, cap = {} }
+    stats[opts.name] = st
+    st.start[#st.start + 1] = (clock() - t0) * 1000
+    st.heap[#st.heap + 1] = collectgarbage("count") - m0
+    return function()
+      p:stop()
+      if p.capture_ns then st.cap[#st.cap + 1] = p.capture_ns end
+      st.walk = p.walk
+      st.samples = (st.samples or 0) + p.nsamples
+    end
+  end
+end
+
+local configs = {
+  { "none", function() return function() end end },
+  { "jit.profile li1 + dumpstack", function()
+      local n = 0
+      jprofile.start("li1", function(th, samples)
+        n = n + samples
+        jprofile.dumpstack(th, "pl;", -100)
+      end)
+      return function() jprofile.stop() end
+    end },
+  { "pe 999 Hz", pe_cfg({ freq = 999, name = "pe 999 Hz" }) },
+  { "pe 99 Hz", pe_cfg({ freq = 99, name = "pe 99 Hz" }) },
+  -- 10x the samples: the cost per sample shows above the noise
+  { "pe 9999 Hz", pe_cfg({ freq = 9999, name = "pe 9999 Hz" }) },
+  { "pe 9999 Hz signal walk", pe_cfg({ freq = 9999, walk = "signal", name = "pe 9999 Hz signal walk" }) },
+  -- no signal at all (leaf frames only): the kernel's sampling alone
+  { "pe 9999 Hz no stacks", pe_cfg({ freq = 9999, stacks = false, name = "pe 9999 Hz no stacks" }) },
+  { "pe 999 Hz mode f", pe_cfg({ freq = 999, lj_mode = "f", name = "pe 999 Hz mode f" }) },
+  { "pe 999 Hz signal walk", pe_cfg({ freq = 999, walk = "signal", name = "pe 999 Hz signal walk" }) },
+}
+
+local times = {}
+for _, c in ipairs(configs) do times[c[1]] = {} end
+work()   -- warm up: traces compiled once
+for r = 1, rounds do
+  for k = 0, #configs - 1 do
+    local c = configs[(r + k) % #configs + 1]
+    collectgarbage()
+    local stop = c[2]()
+    local t0 = clock()
+    work()
+    local dt = clock() - t0
+    stop()
+    local t = times[c[1]]
+    t[#t + 1] = dt
+  end
+end
+
+local function median(t)
+  local s = {}
+  for i, v in ipairs(t) do s[i] = v end
+  table.sort(s)
+  if #s == 0 then return 0 end
+  return #s % 2 == 1 and s[(#s + 1) / 2] or (s[#s / 2] + s[#s / 2 + 1]) / 2
+end
+local function min(t)
+  local m = math.huge
+  for _, v in ipairs(t) do if v < m then m = v end end
+  return m
+end
+
+local base_med, base_min = median(times.none), min(times.none)
+print(sformat("%d rounds; no profile: median %.3f s, min %.3f s of CPU", rounds, base_med, base_min))
+for _, c in ipairs(configs) do
+  local name = c[1]
+  if name ~= "none" then
+    local t = times[name]
+    local line = sformat("%-26s median %+6.1f %%  min %+6.1f %%", name, 100 * (median(t) / base_med - 1),
+                         100 * (min(t) / base_min - 1))
+    local st = stats[name]
+    if st then
+      local per = st.samples / rounds
+      line = line .. sformat("  start %.2f ms  heap %+.0f KB  capture %.2f us/sample  %d samples/round"
+                             .. "  => %.1f us of CPU per sample (median)  (%s)",
+                             median(st.start), median(st.heap), median(st.cap) / 1000, per,
+                             (median(t) - base_med) / per * 1e6, tostring(st.walk))
+    end
+    print(line)
+  end
+end

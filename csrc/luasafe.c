@@ -1,0 +1,804 @@
+/*
+ * luasafe.c - Lua stacks taken at a safe point, through LuaJIT's own
+ * profiler hook (pe.profile's default stacks on LuaJIT).
+ *
+ * Each perf_event sample signals this thread (O_ASYNC, F_SETSIG,
+ * F_SETOWN_EX with F_OWNER_TID; SIGRTMIN+4, not luaprof.c's SIGRTMIN+3).
+ * The handler notes the time, the interrupted ip and, in a C function the
+ * VM called, that function (the frame at cur_L->base).  When the thread
+ * runs Lua (G->vmstate: a trace, the interpreter, the GC, the compiler; or
+ * a C function below the VM's C frame) it calls the SIGPROF handler that
+ * luaJIT_profile_start installed (its own timer is disarmed at once): that
+ * only sets HOOK_PROFILE, and the VM calls ls_capture at its next
+ * instruction, or a trace exits there at its next line check (mode "l").
+ * There the Lua state is consistent: ls_capture walks the frames of L in
+ * O(depth) (LuaJIT 2.1 GC64, lj_frame.h) and asks lua_getinfo for each
+ * frame's chunk and lines with an i_ci it fills as lua_getstack does, so
+ * LuaJIT's own line logic is kept.  A coroutine's frames are joined under
+ * the frames of the threads that resumed it, from the main thread down.
+ * Each distinct stack is interned (a hash table of frame words), and the
+ * signals' records of each armed profile get the id of the stack.
+ *
+ * Records live in fixed rings (one per armed profile), written by the
+ * handler, completed by the capture and read by luasafe_read on the same
+ * thread; signal fences order them.  The handler does no allocation; the
+ * capture allocates only for a stack or chunk name not seen before.
+ */
+#define _GNU_SOURCE
+#include "pe_core.h"
+#include <errno.h>
+#include <string.h>
+
+#if defined(__has_include)
+#if __has_include(<luajit.h>) && defined(__x86_64__)
+#define LS_LUAJIT 1
+#endif
+#endif
+
+#ifdef LS_LUAJIT
+#include <luajit.h>
+#include <sys/ioctl.h>
+#include <sys/time.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
+#include <ucontext.h>
+
+/* ---------------------------------------------------------------- layouts
+ * LuaJIT 2.1, GC64 (lj_obj.h): lua_State glref +16, base +32, top +40,
+ * stack +56, cframe +80, stacksize +88; a TValue holding a GC object keeps its address
+ * in the low 47 bits; GCfunc: gct +9 (~LJ_TFUNC = 8), ffid +10 (0 Lua,
+ * 1 C, more a builtin), GCfuncC.f +40, upvalue[0] +48; a thread's gct is
+ * ~LJ_TTHREAD = 6.  The global_State words (vmstate, mainthref, cur_L)
+ * are found at arm and checked (ls_find_g). */
+#define LS_L_G 16
+#define LS_L_BASE 32
+#define LS_L_STACK 56
+#define LS_L_CFRAME 80
+#define LS_GCMASK ((((uint64_t)1) << 47) - 1)
+#define LS_FN_GCT 9
+#define LS_FN_FFID 10
+#define LS_FNC_F 40
+#define LS_FNC_UV0 48
+#define LS_GCT_FUNC 8
+#define LS_GCT_THREAD 6
+#define LS_VMST_INTERP (~0)
+#define LS_VMST_C (~1)
+#define LS_L_SIZE 88                 /* lua_State.stacksize (slots) */
+#define LS_ITYPE_FUNC 0x1fff7u       /* (~LJ_TFUNC) & 0x1ffff */
+#define LS_CFRAME_SPAN (8u << 20)
+
+#define LD64(a) (*(volatile uint64_t *)(uintptr_t)(a))
+#define LD32(a) (*(volatile int32_t *)(uintptr_t)(a))
+#define LD8(a) (*(volatile uint8_t *)(uintptr_t)(a))
+
+static uint64_t ls_g, ls_vmstate, ls_curl, ls_mainth;   /* addresses in global_State */
+
+/* ---------------------------------------------------------------- records */
+#define LS_MAXP 4          /* profiles armed at once */
+#define LS_SLOTS 4096      /* signal records per profile */
+#define LS_MAXF 384        /* frames of one stack, C ones included */
+#define LS_MAXLUA 256      /* Lua frames of one stack */
+#define LS_MAXTH 16        /* threads joined in one stack */
+
+enum { LS_PENDING = 0, LS_DONE = 1 };
+
+typedef struct ls_rec {
+  uint64_t time, ip;
+  uint64_t leaf;           /* GCfunc of a C function/builtin running (vmstate C), or 0 */
+  uint64_t leaf_l;         /* its thread */
+  uint32_t leaf_off;       /* its frame's slot in that thread's stack */
+  uint32_t stack;          /* interned stack id (0: none) */
+  uint32_t cut;            /* 1: the stack ends at the leaf's own frame */
+  int32_t vms;             /* G->vmstate at the signal */
+  uint8_t out, state;
+} ls_rec;
+
+typedef struct ls_prof {
+  int on, fd;
+  uint64_t id;
+  volatile uint32_t head, tail;
+  volatile uint32_t dropped, late;
+  ls_rec ring[LS_SLOTS];
+} ls_prof;
+
+static ls_prof ls_p[LS_MAXP];
+static volatile uint32_t ls_throttled, ls_late;
+static volatile int ls_in_cap;            /* 1 while ls_capture runs */
+static int ls_active;                     /* LuaJIT's profiler is ours */
+static int ls_signo;
+static void (*ls_ljh)(int);               /* LuaJIT's SIGPROF handler */
+static uint64_t ls_resume_fn;             /* coroutine.resume's GCfunc */
+static int ls_wrap_ffid = -1;             /* ffid of coroutine.wrap's functions */
+static uint64_t ls_root;                  /* the thread that armed, when no main thread */
+static uint64_t ls_ns, ls_ncap, ls_njoin, ls_nunjoined;
+
+static uint64_t ls_now(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------- signal */
+
+/* notes in r the builtin or C function whose frame has BASE base in
+ * thread l: base must lie in l's stack, the slot below its link must hold
+ * a function value (GC64 itype ~LJ_TFUNC in the top 17 bits), not a Lua
+ * one; 1 when found */
+static int ls_leaf_at(ls_rec *r, uint64_t l, uint64_t base)
+{
+  uint64_t stack = LD64(l + LS_L_STACK), size = (uint64_t)(uint32_t)LD32(l + LS_L_SIZE), tv, fn;
+  if (base < stack + 24 || (base & 7) || base >= stack + 8 * size) return 0;
+  tv = LD64(base - 16);
+  if ((tv >> 47) != LS_ITYPE_FUNC) return 0;
+  fn = tv & LS_GCMASK;
+  if (fn < 0x10000 || (fn & 7) || LD8(fn + LS_FN_GCT) != LS_GCT_FUNC || LD8(fn + LS_FN_FFID) == 0) return 0;
+  r->leaf = fn;
+  r->leaf_l = l;
+  r->leaf_off = (uint32_t)((base - stack) / 8 - 1);
+  return 1;
+}
+
+/* LuaJIT's profiler is still the one this file started: SIGPROF still
+ * has its handler (someone's luaJIT_profile_stop restores the default, and
+ * its profile_signal would then dereference a NULL state), and ITIMER_PROF
+ * is still disarmed (a jit.profile started since arms it: its profile is
+ * left alone). Two syscalls per signal: the profiler's state is private
+ * to LuaJIT */
+static int ls_sigprof_ours(void)
+{
+  struct sigaction cur;
+  return sigaction(SIGPROF, NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == ls_ljh;
+}
+
+static int ls_profiler_ours(void)
+{
+  struct itimerval it;
+  return ls_sigprof_ours() && getitimer(ITIMER_PROF, &it) == 0 && !it.it_value.tv_sec && !it.it_value.tv_usec;
+}
+
+static void ls_record(int fd, const ucontext_t *uc)
+{
+  ls_prof *p = NULL;
+  ls_rec *r;
+  int k;
+  for (k = 0; k < LS_MAXP; k++)
+    if (ls_p[k].on && ls_p[k].fd == fd) { p = &ls_p[k]; break; }
+  if (!p) { ls_late = ls_late + 1; return; }
+  if (p->head - p->tail >= LS_SLOTS) { p->dropped = p->dropped + 1; return; }
+  r = &p->ring[p->head % LS_SLOTS];
+  r->time = ls_now();
+  r->ip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+  r->leaf = r->leaf_l = 0;
+  r->leaf_off = 0;
+  r->stack = r->cut = 0;
+  r->out = 0;
+  r->vms = ls_vmstate ? LD32(ls_vmstate) : 0;
+  if (r->vms == LS_VMST_C) {
+    /* a C function the VM called runs below cur_L's C frame, and the VM
+     * itself on it (sp == cframe: its call and return sequences); above it
+     * (the host's code after lua_resume returned) there is no Lua to
+     * charge, and cur_L->base is stale */
+    uint64_t l = LD64(ls_curl), sp = (uint64_t)uc->uc_mcontext.gregs[REG_RSP];
+    uint64_t cf = l ? LD64(l + LS_L_CFRAME) & ~(uint64_t)3 : 0;
+    if (!cf || sp > cf || cf - sp >= LS_CFRAME_SPAN) {
+      r->out = 1;
+    } else {
+      ls_leaf_at(r, l, LD64(l + LS_L_BASE));
+    }
+  } else if (r->vms == LS_VMST_INTERP) {
+    /* a fast function (math.sqrt) or the C helper of one (tostring's
+     * number formatting): its BASE is in rdx, or (rdx clobbered by the
+     * helper) stored in cur_L->base before the call */
+    uint64_t l = LD64(ls_curl);
+    if (l && !ls_leaf_at(r, l, (uint64_t)uc->uc_mcontext.gregs[REG_RDX]))
+      ls_leaf_at(r, l, LD64(l + LS_L_BASE));
+  }
+  if (r->out || ls_in_cap || !ls_active || !ls_profiler_ours()) {
+    r->state = LS_DONE;
+  } else {
+    r->state = LS_PENDING;
+    ls_ljh(SIGPROF);    /* LuaJIT's profile_signal: sets HOOK_PROFILE */
+  }
+  __atomic_signal_fence(__ATOMIC_RELEASE);
+  p->head = p->head + 1;
+}
+
+static void ls_handler(int sig, siginfo_t *si, void *ctx)
+{
+  int saved = errno;
+  if (sig == SIGIO) {              /* the kernel could not queue the signal */
+    ls_throttled = ls_throttled + 1;
+    errno = saved;
+    return;
+  }
+  ls_record(si->si_fd, ctx);
+  {
+    /* copies queued while this one ran (it is blocked meanwhile) */
+    sigset_t one;
+    siginfo_t info;
+    struct timespec zero = { 0, 0 };
+    int n = 0;
+    sigemptyset(&one);
+    sigaddset(&one, ls_signo);
+    while (n++ < 64 && sigtimedwait(&one, &info, &zero) == ls_signo) ls_record(info.si_fd, ctx);
+  }
+  errno = saved;
+}
+
+/* ---------------------------------------------------------------- interning */
+
+/* chunk names: id -> string, and a hash of them */
+static char **ls_chunks;
+static uint32_t ls_nchunks, ls_capchunks;
+static uint32_t *ls_chash;              /* open addressing: chunk id + 1, or 0 */
+static uint32_t ls_chsize;
+
+/* stacks: id -> words (flags, n, then 6 words a frame), and a hash */
+static uint32_t **ls_stacks;
+static uint32_t ls_nstacks, ls_capstacks;
+static uint32_t *ls_shash;
+static uint32_t ls_shsize;
+
+static uint32_t ls_hash(const void *d, size_t n)
+{
+  const uint8_t *b = d;
+  uint32_t h = 2166136261u;
+  size_t i;
+  for (i = 0; i < n; i++) h = (h ^ b[i]) * 16777619u;
+  return h ? h : 1;
+}
+
+static int ls_grow(uint32_t **tab, uint32_t *size, uint32_t n, uint32_t (*key)(uint32_t))
+{
+  uint32_t ns = *size ? *size * 2 : 256, i;
+  uint32_t *t = calloc(ns, sizeof *t);
+  if (!t) return 0;
+  for (i = 0; i < n; i++) {
+    uint32_t h = key(i) & (ns - 1);
+    while (t[h]) h = (h + 1) & (ns - 1);
+    t[h] = i + 1;
+  }
+  free(*tab);
+  *tab = t;
+  *size = ns;
+  return 1;
+}
+
+/* a stack's words: one step a word */
+static uint32_t ls_hashw(const uint32_t *w, size_t n)
+{
+  uint32_t h = 2166136261u;
+  size_t i;
+  for (i = 0; i < n; i++) h = (h ^ w[i]) * 16777619u;
+  return h ? h : 1;
+}
+
+static uint32_t ls_chunk_key(uint32_t i) { return ls_hash(ls_chunks[i], strlen(ls_chunks[i])); }
+static uint32_t ls_stack_key(uint32_t i) { return ls_hashw(ls_stacks[i], 2 + 6 * (size_t)ls_stacks[i][1]); }
+
+/* the chunk's id (1-based), or 0 when out of memory */
+static uint32_t ls_chunk(const char *s)
+{
+  size_t n = strlen(s);
+  uint32_t h, i;
+  char *c;
+  if ((ls_nchunks + 1) * 2 > ls_chsize && !ls_grow(&ls_chash, &ls_chsize, ls_nchunks, ls_chunk_key))
+    return 0;
+  h = ls_hash(s, n) & (ls_chsize - 1);
+  while ((i = ls_chash[h]) != 0) {
+    if (strcmp(ls_chunks[i - 1], s) == 0) return i;
+    h = (h + 1) & (ls_chsize - 1);
+  }
+  if (ls_nchunks == ls_capchunks) {
+    uint32_t nc = ls_capchunks ? ls_capchunks * 2 : 64;
+    char **t = realloc(ls_chunks, nc * sizeof *t);
+    if (!t) return 0;
+    ls_chunks = t;
+    ls_capchunks = nc;
+  }
+  c = malloc(n + 1);
+  if (!c) return 0;
+  memcpy(c, s, n + 1);
+  ls_chunks[ls_nchunks++] = c;
+  ls_chash[h] = ls_nchunks;
+  return ls_nchunks;
+}
+
+static uint32_t ls_intern(const uint32_t *w)
+{
+  size_t bytes = (2 + 6 * (size_t)w[1]) * 4;
+  uint32_t h, i, *c;
+  if ((ls_nstacks + 1) * 2 > ls_shsize && !ls_grow(&ls_shash, &ls_shsize, ls_nstacks, ls_stack_key))
+    return 0;
+  h = ls_hashw(w, bytes / 4) & (ls_shsize - 1);
+  while ((i = ls_shash[h]) != 0) {
+    if (ls_stacks[i - 1][1] == w[1] && memcmp(ls_stacks[i - 1], w, bytes) == 0) return i;
+    h = (h + 1) & (ls_shsize - 1);
+  }
+  if (ls_nstacks == ls_capstacks) {
+    uint32_t nc = ls_capstacks ? ls_capstacks * 2 : 256;
+    uint32_t **t = realloc(ls_stacks, nc * sizeof *t);
+    if (!t) return 0;
+    ls_stacks = t;
+    ls_capstacks = nc;
+  }
+  c = malloc(bytes);
+  if (!c) return 0;
+  memcpy(c, w, bytes);
+  ls_stacks[ls_nstacks++] = c;
+  ls_shash[h] = ls_nstacks;
+  return ls_nstacks;
+}
+
+static void ls_forget(void)
+{
+  uint32_t i;
+  for (i = 0; i < ls_nchunks; i++) free(ls_chunks[i]);
+  for (i = 0; i < ls_nstacks; i++) free(ls_stacks[i]);
+  free(ls_chunks); free(ls_stacks); free(ls_chash); free(ls_shash);
+  ls_chunks = NULL; ls_stacks = NULL; ls_chash = ls_shash = NULL;
+  ls_nchunks = ls_capchunks = ls_chsize = ls_nstacks = ls_capstacks = ls_shsize = 0;
+}
+
+/* ---------------------------------------------------------------- the walk */
+
+/* one frame, as the stack's words hold it:
+ *   Lua:     0, chunk id, linedefined, lastlinedefined, currentline, 0
+ *   builtin: 1, ffid, GCfunc address low, high, 0, 0
+ *   C:       2, 0, GCfunc address low, high, lua_CFunction low, high
+ *   a coroutine.wrap function: 3, ffid, GCfunc address low, high, 0, 0 */
+enum { LS_FLUA, LS_FFF, LS_FC, LS_FWRAP };
+#define LS_TRUNC 1u        /* flags: deeper frames left out */
+#define LS_UNJOINED 2u     /* a coroutine whose resumer was not found */
+
+typedef struct ls_fr {
+  uint32_t w[6];
+  uint64_t l;              /* thread */
+  uint32_t off;            /* frame slot in its stack */
+} ls_fr;
+
+static ls_fr ls_frames[LS_MAXF];
+static uint32_t ls_words[2 + 6 * LS_MAXF];
+
+/* Walks L's frames, leaf first, into out (at most max); returns how many,
+ * *trunc set when frames were left out. lj_debug_frame's traversal: dummy
+ * frames (the thread itself as function) are skipped, and the frame below
+ * a vararg frame (its pseudo-frame). */
+static int ls_walk(lua_State *L, ls_fr *out, int max, int *nlua, int *trunc)
+{
+  uint64_t l = (uint64_t)(uintptr_t)L;
+  uint64_t *stack = (uint64_t *)(uintptr_t)LD64(l + LS_L_STACK);
+  uint64_t *base = (uint64_t *)(uintptr_t)LD64(l + LS_L_BASE);
+  uint64_t *frame = base - 1, *next = NULL, *bot = stack + 1;
+  int n = 0, skip = 0;
+  while (frame > bot) {
+    uint64_t fn = frame[-1] & LS_GCMASK;
+    int64_t ftsz = (int64_t)frame[0];
+    uint64_t *prev;
+    if ((ftsz & 3) == 0) {        /* Lua frame: the link is the caller's PC */
+      const uint32_t *pc = (const uint32_t *)(uintptr_t)ftsz;
+      prev = frame - (2 + ((pc[-1] >> 8) & 0xff));
+    } else {
+      prev = (uint64_t *)(uintptr_t)((char *)frame - (ftsz & ~(int64_t)7));
+    }
+    if (fn != l && !skip) {
+      ls_fr *f;
+      int ffid;
+      ptrdiff_t off = frame - stack, size = next ? next - frame : 0;
+      if (n == max || *nlua == LS_MAXLUA || off > 0xffff || size > 0xffff) { *trunc = 1; break; }
+      f = &out[n];
+      memset(f, 0, sizeof *f);
+      f->l = l;
+      f->off = (uint32_t)off;
+      ffid = LD8(fn + LS_FN_FFID);
+      if (ffid == 0) {
+        lua_Debug ar;
+        memset(&ar, 0, sizeof ar);
+        ar.i_ci = (int)((size << 16) + off);
+        if (!lua_getinfo(L, "Sl", &ar)) { *trunc = 1; break; }
+        f->w[0] = LS_FLUA;
+        f->w[1] = ls_chunk(ar.source ? ar.source : "?");
+        f->w[2] = (uint32_t)ar.linedefined;
+        f->w[3] = (uint32_t)ar.lastlinedefined;
+        f->w[4] = (uint32_t)ar.currentline;
+        (*nlua)++;
+      } else {
+        f->w[0] = ffid == 1 ? LS_FC : ffid == ls_wrap_ffid ? LS_FWRAP : LS_FFF;
+        f->w[1] = ffid == 1 ? 0 : (uint32_t)ffid;
+        f->w[2] = (uint32_t)fn;
+        f->w[3] = (uint32_t)(fn >> 32);
+        if (ffid == 1) {
+          uint64_t cf = LD64(fn + LS_FNC_F);
+          f->w[4] = (uint32_t)cf;
+          f->w[5] = (uint32_t)(cf >> 32);
+        }
+      }
+      n++;
+    }
+    skip = (ftsz & 7) == 3;    /* FRAME_VARG: the frame below is its pseudo-frame */
+    next = frame;
+    if (prev >= frame) break;  /* never loops */
+    frame = prev;
+  }
+  return n;
+}
+
+/* the thread a suspended thread R resumed (its top frame is
+ * coroutine.resume, the thread in its first slot, or a coroutine.wrap
+ * function, the thread its upvalue), or 0 */
+static uint64_t ls_resumed(uint64_t r)
+{
+  uint64_t base = LD64(r + LS_L_BASE), stack = LD64(r + LS_L_STACK), fn, th = 0;
+  if (base < stack + 24 || (base & 7)) return 0;
+  fn = LD64(base - 16) & LS_GCMASK;
+  if (fn < 0x10000 || (fn & 7) || LD8(fn + LS_FN_GCT) != LS_GCT_FUNC) return 0;
+  if (fn == ls_resume_fn) th = LD64(base) & LS_GCMASK;
+  else if (ls_wrap_ffid > 1 && LD8(fn + LS_FN_FFID) == ls_wrap_ffid) th = LD64(fn + LS_FNC_UV0) & LS_GCMASK;
+  if (th < 0x10000 || (th & 7) || LD8(th + LS_FN_GCT) != LS_GCT_THREAD) return 0;
+  return th;
+}
+
+/* the whole stack of L into ls_frames, root first; returns how many */
+static int ls_stack_of(lua_State *L, uint32_t *flags)
+{
+  uint64_t chain[LS_MAXTH], root = ls_mainth ? LD64(ls_mainth) & LS_GCMASK : ls_root;
+  uint64_t l = (uint64_t)(uintptr_t)L;
+  int nth = 0, n = 0, nlua = 0, trunc = 0, i, t;
+  static ls_fr tmp[LS_MAXF];
+  *flags = 0;
+  if (root && root != l) {
+    uint64_t r = root;
+    chain[nth++] = r;
+    while (nth < LS_MAXTH && (r = ls_resumed(r)) != 0 && r != l) chain[nth++] = r;
+    if (r != l) { nth = 0; *flags |= LS_UNJOINED; ls_nunjoined++; }
+    else ls_njoin++;
+  }
+  /* leaf first: L, then the resumers from the innermost up */
+  n = ls_walk(L, tmp, LS_MAXF, &nlua, &trunc);
+  for (t = nth - 1; t >= 0 && !trunc; t--)
+    n += ls_walk((lua_State *)(uintptr_t)chain[t], tmp + n, LS_MAXF - n, &nlua, &trunc);
+  if (trunc) *flags |= LS_TRUNC;
+  for (i = 0; i < n; i++) ls_frames[i] = tmp[n - 1 - i];
+  return n;
+}
+
+/* interns frames [0, n) with flags; 0 when out of memory */
+static uint32_t ls_intern_frames(int n, uint32_t flags)
+{
+  int i;
+  ls_words[0] = flags;
+  ls_words[1] = (uint32_t)n;
+  for (i = 0; i < n; i++) memcpy(&ls_words[2 + 6 * i], ls_frames[i].w, sizeof ls_frames[i].w);
+  return ls_intern(ls_words);
+}
+
+/* the safe point (luaJIT_profile_callback): the pending records of every
+ * armed profile get the stack of L */
+static void ls_capture(void *data, lua_State *L, int samples, int vmstate)
+{
+  uint64_t t0 = ls_now();
+  uint32_t flags = 0, full = 0;
+  int n = -1, k;
+  (void)data; (void)samples; (void)vmstate;
+  ls_in_cap = 1;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  for (k = 0; k < LS_MAXP; k++) {
+    ls_prof *p = &ls_p[k];
+    uint32_t i, head;
+    if (!p->on) continue;
+    __atomic_signal_fence(__ATOMIC_ACQUIRE);
+    head = p->head;
+    for (i = p->tail; i != head; i++) {
+      ls_rec *r = &p->ring[i % LS_SLOTS];
+      if (r->state != LS_PENDING) continue;
+      if (n < 0) { n = ls_stack_of(L, &flags); full = ls_intern_frames(n, flags); }
+      r->stack = full;
+      if (r->leaf) {
+        /* the C function the signal found: still on the stack (table.sort
+         * running a Lua comparator) the stack ends at its frame; else it
+         * returned and is the leaf under the stack */
+        int j;
+        for (j = n - 1; j >= 0; j--) {
+          if (ls_frames[j].l == r->leaf_l && ls_frames[j].off == r->leaf_off) {
+            uint64_t fn = (uint64_t)ls_frames[j].w[2] | ((uint64_t)ls_frames[j].w[3] << 32);
+            if (ls_frames[j].w[0] != LS_FLUA && fn == r->leaf) {
+              r->stack = j == n - 1 ? full : ls_intern_frames(j + 1, flags & ~LS_TRUNC);
+              r->cut = 1;
+            }
+            break;
+          }
+        }
+      }
+      __atomic_signal_fence(__ATOMIC_RELEASE);
+      r->state = LS_DONE;
+    }
+  }
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  ls_in_cap = 0;
+  ls_ncap++;
+  ls_ns += ls_now() - t0;
+}
+
+/* ---------------------------------------------------------------- arming */
+
+/* the global_State words of L's VM: cur_L (the last word of the first
+ * 4 KiB equal to L and followed by a NULL jit_base, this C function runs
+ * interpreted), vmstate (the one int32 before it holding ~LJ_VMST_C) and
+ * mainthref (the next 8-byte word: a thread of the same VM) */
+static const char *ls_find_g(lua_State *L)
+{
+  uint64_t l = (uint64_t)(uintptr_t)L, g = LD64(l + LS_L_G);
+  int k, cur = -1, vm = -1, nvm = 0;
+  uint64_t mt;
+  if (!g) return "no global_State";
+  for (k = 0; k < 511; k++)
+    if (LD64(g + 8 * k) == l && LD64(g + 8 * (k + 1)) == 0) cur = k;
+  if (cur < 0) return "G->cur_L not found";
+  for (k = 0; k < cur * 2; k++)
+    if (LD32(g + 4 * k) == LS_VMST_C) { vm = k; nvm++; }
+  if (nvm != 1) return "G->vmstate not found";
+  ls_g = g;
+  ls_curl = g + 8 * (uint64_t)cur;
+  ls_vmstate = g + 4 * (uint64_t)vm;
+  ls_mainth = (ls_vmstate + 4 + 7) & ~(uint64_t)7;
+  mt = LD64(ls_mainth) & LS_GCMASK;
+  if (mt < 0x10000 || (mt & 7) || LD8(mt + LS_FN_GCT) != LS_GCT_THREAD || LD64(mt + LS_L_G) != g)
+    ls_mainth = 0;      /* the arming thread stands for the root */
+  return NULL;
+}
+
+static int ls_push_fail(lua_State *L, const char *msg)
+{
+  lua_pushnil(L);
+  lua_pushstring(L, msg);
+  return 2;
+}
+
+/* _private.luasafe_arm(fd, resume, wrapped [, "l"|"f"]) -> slot | nil,
+ * reason: resume is coroutine.resume, wrapped a coroutine.wrap function
+ * (their identities let the capture find who resumed a coroutine); the
+ * profiler's mode applies when this arm starts it */
+static int l_arm(lua_State *L)
+{
+  int fd = pe_check_int(L, 1, "fd", 0, 0x7fffffff);
+  int k, slot = -1, fl;
+  struct f_owner_ex own;
+  struct sigaction sa;
+  for (k = 0; k < LS_MAXP; k++) {
+    /* a profile dropped without stop(): its event's fd is closed by now */
+    uint64_t id = 0;
+    if (ls_p[k].on && (ioctl(ls_p[k].fd, PE_IOC_ID, &id) < 0 || id != ls_p[k].id)) ls_p[k].on = 0;
+  }
+  for (k = 0; k < LS_MAXP; k++) if (!ls_p[k].on) { slot = k; break; }
+  if (slot < 0) return ls_push_fail(L, "4 safe-point profiles are armed already");
+  if (ls_active && !ls_profiler_ours())
+    return ls_push_fail(L, "LuaJIT's profiler is in use (restarted by jit.profile or -jp since)");
+  if (!ls_active) {
+    struct sigaction old;
+    struct itimerval it, zero;
+    const char *why;
+    if (getitimer(ITIMER_PROF, &it) == 0 && (it.it_value.tv_sec || it.it_value.tv_usec))
+      return ls_push_fail(L, "LuaJIT's profiler is in use (ITIMER_PROF armed: jit.profile or -jp)");
+    if (sigaction(SIGPROF, NULL, &old) == 0 && (old.sa_flags & SA_SIGINFO ? old.sa_sigaction != NULL
+        : (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN)))
+      return ls_push_fail(L, "SIGPROF has a handler already (jit.profile or -jp)");
+    if ((why = ls_find_g(L)) != NULL) return ls_push_fail(L, why);
+    ls_root = (uint64_t)(uintptr_t)L;
+    ls_resume_fn = lua_isfunction(L, 2) ? (uint64_t)(uintptr_t)lua_topointer(L, 2) : 0;
+    ls_wrap_ffid = lua_isfunction(L, 3) ? LD8((uint64_t)(uintptr_t)lua_topointer(L, 3) + LS_FN_FFID) : -1;
+    /* "l": a trace exits at its next line change, so a compiled loop's
+     * samples name the body's lines (as -jp=l); "f" (function changes
+     * only) for measuring */
+    luaJIT_profile_start(L, lua_isstring(L, 4) && lua_tostring(L, 4)[0] == 'f' ? "f" : "l", ls_capture, NULL);
+    memset(&zero, 0, sizeof zero);
+    setitimer(ITIMER_PROF, &zero, NULL);     /* its timer never fires */
+    if (sigaction(SIGPROF, NULL, &old) < 0 || (old.sa_flags & SA_SIGINFO)
+        || old.sa_handler == SIG_DFL || old.sa_handler == SIG_IGN) {
+      luaJIT_profile_stop(L);
+      return ls_push_fail(L, "luaJIT_profile_start installed no SIGPROF handler");
+    }
+    ls_ljh = old.sa_handler;
+    ls_signo = SIGRTMIN + 4;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = ls_handler;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(ls_signo, &sa, NULL) < 0) {
+      int err = errno;
+      luaJIT_profile_stop(L);
+      return pe_push_syserror(L, "luasafe_arm", "sigaction", err, NULL);
+    }
+    /* the kernel sends SIGIO when it cannot queue the signal: when SIGIO
+     * is left at its default (which ends the process), it is taken here */
+    if (sigaction(SIGIO, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL)
+      sigaction(SIGIO, &sa, NULL);
+    ls_active = 1;
+  }
+  {
+    ls_prof *p = &ls_p[slot];
+    p->head = p->tail = p->dropped = p->late = 0;
+    p->fd = fd;
+    p->id = 0;
+    if (ioctl(fd, PE_IOC_ID, &p->id) < 0) p->id = 0;
+  }
+  own.type = F_OWNER_TID;
+  own.pid = pe_current_tid();
+  fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETOWN_EX, &own) < 0 || fcntl(fd, F_SETSIG, ls_signo) < 0
+      || fcntl(fd, F_SETFL, fl | O_ASYNC | O_NONBLOCK) < 0) {
+    int err = errno;
+    return pe_push_syserror(L, "luasafe_arm", "fcntl", err, NULL);
+  }
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  ls_p[slot].on = 1;
+  lua_pushinteger(L, slot + 1);
+  return 1;
+}
+
+static int ls_any_on(void)
+{
+  int k;
+  for (k = 0; k < LS_MAXP; k++) if (ls_p[k].on) return 1;
+  return 0;
+}
+
+/* _private.luasafe_disarm(slot [, fd]) -> true | false (not armed so) */
+static int l_disarm(lua_State *L)
+{
+  int slot = pe_check_int(L, 1, "slot", 1, LS_MAXP) - 1;
+  int fd = lua_isnoneornil(L, 2) ? -1 : pe_check_int(L, 2, "fd", 0, 0x7fffffff);
+  ls_prof *p = &ls_p[slot];
+  int fl;
+  /* fd nil: the event was closed behind the profile's back */
+  if (!p->on || (fd >= 0 && p->fd != fd)) { lua_pushboolean(L, 0); return 1; }
+  fl = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
+  if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_ASYNC);
+  p->on = 0;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  if (!ls_any_on() && ls_active) {
+    /* the handlers stay installed (a signal already queued must not meet
+     * a default action); LuaJIT's stop restores SIGPROF. Not when
+     * jit.profile took the profiler over meanwhile: its profile stays */
+    ls_active = 0;
+    if (ls_profiler_ours()) luaJIT_profile_stop(L);
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static void ls_push_stack(lua_State *L, uint32_t id)
+{
+  const uint32_t *w = ls_stacks[id - 1];
+  uint32_t i, n = 2 + 6 * w[1];
+  lua_createtable(L, (int)n, 0);
+  for (i = 0; i < n; i++) {
+    lua_pushinteger(L, (lua_Integer)(int32_t)w[i]);
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+}
+
+/* _private.luasafe_read(slot, nstacks, nchunks [, final]) -> records,
+ * stacks (id -> words, the ids above nstacks), chunks (id -> name, above
+ * nchunks), stats: records {time, ip, stack, vms, out, leaf, cut} of the
+ * signals whose capture is done (all of them when final) */
+static int l_read(lua_State *L)
+{
+  int slot = pe_check_int(L, 1, "slot", 1, LS_MAXP) - 1;
+  uint32_t ks = (uint32_t)pe_check_int(L, 2, "nstacks", 0, 0x7fffffff);
+  uint32_t kc = (uint32_t)pe_check_int(L, 3, "nchunks", 0, 0x7fffffff);
+  int final = lua_toboolean(L, 4);
+  ls_prof *p = &ls_p[slot];
+  uint32_t i, head, n = 0;
+  __atomic_signal_fence(__ATOMIC_ACQUIRE);
+  head = p->head;
+  lua_createtable(L, (int)(head - p->tail), 0);
+  for (i = p->tail; i != head; i++) {
+    ls_rec *r = &p->ring[i % LS_SLOTS];
+    if (r->state != LS_DONE && !final) break;
+    lua_createtable(L, 0, 7);
+    pe_push_u64(L, r->time); lua_setfield(L, -2, "time");
+    pe_push_u64(L, r->ip); lua_setfield(L, -2, "ip");
+    lua_pushinteger(L, r->vms); lua_setfield(L, -2, "vms");
+    if (r->state == LS_DONE && r->stack) { lua_pushinteger(L, r->stack); lua_setfield(L, -2, "stack"); }
+    if (r->out) { lua_pushboolean(L, 1); lua_setfield(L, -2, "out"); }
+    if (r->leaf) { pe_push_u64(L, r->leaf); lua_setfield(L, -2, "leaf"); }
+    if (r->cut) { lua_pushboolean(L, 1); lua_setfield(L, -2, "cut"); }
+    lua_rawseti(L, -2, (int)++n);
+  }
+  __atomic_signal_fence(__ATOMIC_RELEASE);
+  p->tail = i;
+  lua_createtable(L, 0, 0);
+  for (i = ks + 1; i <= ls_nstacks; i++) { ls_push_stack(L, i); lua_rawseti(L, -2, (int)i); }
+  lua_createtable(L, 0, 0);
+  for (i = kc + 1; i <= ls_nchunks; i++) { lua_pushstring(L, ls_chunks[i - 1]); lua_rawseti(L, -2, (int)i); }
+  lua_createtable(L, 0, 8);
+  lua_pushinteger(L, ls_nstacks); lua_setfield(L, -2, "nstacks");
+  lua_pushinteger(L, ls_nchunks); lua_setfield(L, -2, "nchunks");
+  pe_push_u64(L, ls_ns); lua_setfield(L, -2, "capture_ns");
+  pe_push_u64(L, ls_ncap); lua_setfield(L, -2, "captures");
+  pe_push_u64(L, ls_njoin); lua_setfield(L, -2, "joined");
+  pe_push_u64(L, ls_nunjoined); lua_setfield(L, -2, "unjoined");
+  lua_pushinteger(L, p->dropped); lua_setfield(L, -2, "dropped");
+  lua_pushinteger(L, (lua_Integer)ls_throttled); lua_setfield(L, -2, "throttled");
+  /* the last profile's last read: the interned stacks go (ids restart) */
+  if (final && !ls_any_on() && !ls_active) ls_forget();
+  return 4;
+}
+
+/* _private.luasafe_here([resume, wrapped]) -> words, chunks: the stack of
+ * the calling thread as a capture takes it (the self-test), chunks id ->
+ * name for all ids */
+static int l_here(lua_State *L)
+{
+  uint32_t flags, i;
+  int n;
+  if (!ls_vmstate) {
+    const char *why = ls_find_g(L);
+    if (why) return ls_push_fail(L, why);
+    ls_root = (uint64_t)(uintptr_t)L;
+  }
+  if (lua_isfunction(L, 1)) ls_resume_fn = (uint64_t)(uintptr_t)lua_topointer(L, 1);
+  if (lua_isfunction(L, 2)) ls_wrap_ffid = LD8((uint64_t)(uintptr_t)lua_topointer(L, 2) + LS_FN_FFID);
+  n = ls_stack_of(L, &flags);
+  ls_words[0] = flags;
+  ls_words[1] = (uint32_t)n;
+  lua_createtable(L, 2 + 6 * n, 0);
+  for (i = 0; i < 2u + 6u * (uint32_t)n; i++) {
+    if (i >= 2) ls_words[i] = ls_frames[(i - 2) / 6].w[(i - 2) % 6];
+    lua_pushinteger(L, (lua_Integer)(int32_t)ls_words[i]);
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  lua_createtable(L, (int)ls_nchunks, 0);
+  for (i = 1; i <= ls_nchunks; i++) { lua_pushstring(L, ls_chunks[i - 1]); lua_rawseti(L, -2, (int)i); }
+  if (!ls_any_on()) ls_forget();
+  return 2;
+}
+
+/* _private.luasafe_stats() -> {throttled=, late=}: SIGIOs taken (the
+ * kernel could not queue the signal) and signals for no armed profile */
+static int l_stats(lua_State *L)
+{
+  lua_createtable(L, 0, 2);
+  lua_pushinteger(L, (lua_Integer)ls_throttled); lua_setfield(L, -2, "throttled");
+  lua_pushinteger(L, (lua_Integer)ls_late); lua_setfield(L, -2, "late");
+  return 1;
+}
+
+/* _private.luasafe_forget(): frees the interned stacks and chunk names
+ * when no profile is armed (true), else false */
+static int l_forget(lua_State *L)
+{
+  int ok = !ls_any_on() && !ls_active;
+  if (ok) ls_forget();
+  lua_pushboolean(L, ok);
+  return 1;
+}
+#else
+static int l_needs(lua_State *L)
+{
+  lua_pushnil(L);
+  lua_pushliteral(L, "needs LuaJIT (x86-64)");
+  return 2;
+}
+#define l_arm l_needs
+#define l_disarm l_needs
+#define l_read l_needs
+#define l_here l_needs
+#define l_forget l_needs
+#define l_stats l_needs
+#endif
+
+/* the functions go to core._private (profile/safepoint.lua's, not API) */
+void pe_open_luasafe(lua_State *L)
+{
+  static const luaL_Reg fns[] = {
+    {"luasafe_arm", l_arm}, {"luasafe_disarm", l_disarm}, {"luasafe_read", l_read},
+    {"luasafe_here", l_here}, {"luasafe_forget", l_forget}, {"luasafe_stats", l_stats}, {NULL, NULL}
+  };
+  pe_push_private(L, lua_gettop(L));
+  pe_setfuncs(L, fns);
+  lua_pop(L, 1);
+}

@@ -1,0 +1,376 @@
+--- perf_event.profile.safepoint: pe.profile's Lua stacks on LuaJIT, taken
+-- at a safe point through LuaJIT's own profiler hook (csrc/luasafe.c).
+--
+-- Each sample of the profile's event signals the thread; when it runs Lua,
+-- the handler arms LuaJIT's profiler hook, and the VM calls the capture at
+-- its next instruction (a trace exits at its next line check): the capture
+-- walks the frames there, interns the stack and gives its id to the
+-- signal's record. `drain` pairs each ring sample with its signal's record
+-- (same ip, the signal at most 10 ms after the sample) and turns the
+-- stack into profile frames: `{lua=info, line=}` and `{c=name}` for the C
+-- functions on the stack (table.sort, pcall, ...) and for a C function the
+-- signal found running (string.format), root first. A coroutine's frames
+-- come under the frames of the code that resumed it.
+-- @module perf_event.profile.safepoint
+
+local tostring, tonumber, ipairs, pairs, format, floor, sort, concat, remove =
+  type, tonumber, ipairs, pairs, string.format, math.floor, table.sort, table.concat, table.remove
+local debug, coroutine, require, rawget, pcall, error = debug, coroutine, require, rawget, pcall, error
+
+local M = {}
+
+local WINDOW = 1e7      -- ns: a signal later than this after a sample is not its own
+local FLAG_TRUNC, FLAG_UNJOINED = 1, 2
+
+local jit = rawget(_G, "jit")
+
+local function core_private()
+  return require("perf_event").core._private
+end
+
+-- ---------------------------------------------------------------- self-test
+
+-- a stack of words (as luasafe_here/read give them) as a list of frames,
+-- leaf first: {lua = true, source, linedefined, currentline} or {c = true}
+local function word_frames(w, chunks)
+  local out = {}
+  for i = #w - 5, 3, -6 do
+    if w[i] == 0 then
+      out[#out + 1] = { source = chunks[w[i + 1]], linedefined = w[i + 2], lastlinedefined = w[i + 3],
+                        currentline = w[i + 4] }
+    else
+      out[#out + 1] = { c = true }
+    end
+  end
+  return out
+end
+
+-- debug.getinfo's levels from `level` down, leaf first (of thread th, or this one)
+local function levels(level, th)
+  local out = {}
+  while true do
+    local i
+    if th then i = debug.getinfo(th, level, "Sl") else i = debug.getinfo(level + 1, "Sl") end
+    if not i then break end
+    if i.what == "C" then out[#out + 1] = { c = true }
+    else out[#out + 1] = { source = i.source, linedefined = i.linedefined, currentline = i.currentline } end
+    level = level + 1
+  end
+  return out
+end
+
+-- nil when same, else the first difference
+local function compare(got, want, what)
+  if #got ~= #want then
+    return format("%s: %d frames, debug.getinfo has %d", what, #got, #want)
+  end
+  for i, g in ipairs(got) do
+    local w = want[i]
+    if (g.c ~= nil) ~= (w.c ~= nil) then return format("%s: frame %d is %s, debug.getinfo says %s", what, i,
+                                                        g.c and "C" or "Lua", w.c and "C" or "Lua") end
+    if not g.c and (g.source ~= w.source or g.linedefined ~= w.linedefined or g.currentline ~= w.currentline) then
+      return format("%s: frame %d is %s:%d line %d, debug.getinfo says %s:%d line %d", what, i, tostring(g.source),
+                    g.linedefined, g.currentline, tostring(w.source), w.linedefined, w.currentline)
+    end
+  end
+end
+
+local here_args
+
+-- the capture's stack of the caller, leaf first, without luasafe_here's own frame
+local function here()
+  local w, chunks = core_private().luasafe_here(here_args[1], here_args[2])
+  if not w then error(chunks, 0) end
+  local f = word_frames(w, chunks)
+  remove(f, 1)   -- luasafe_here
+  remove(f, 1)   -- here
+  return f, w[1]
+end
+
+-- the known stacks: each case returns got, want (leaf first)
+local function st_leaf() local g, w = here(), levels(1) return g, w end
+local function st_mid() local g, w = st_leaf() return g, w end
+local function st_pcall()
+  local _, g, w = pcall(function() local g2, w2 = here(), levels(1) return g2, w2 end)
+  return g, w
+end
+local function st_sort()
+  local g, w
+  local t = { 5, 3, 8, 1 }
+  sort(t, function(a, b) if not g then g, w = here(), levels(1) end return a < b end)
+  return g, w
+end
+local function st_loop()
+  -- called from a compiled loop (the call makes the trace exit or stitch)
+  local g, w
+  for i = 1, 300 do if i == 299 then g, w = here(), levels(1) end end
+  return g, w
+end
+local function st_co(wrap)
+  local co_g, co_w
+  local body = function() co_g, co_w = here(), levels(1) coroutine.yield() end
+  local outer   -- the resumer's frames, at the line that resumes
+  if wrap then local f = coroutine.wrap(body) outer = levels(1) f() else
+    local co = coroutine.create(body) outer = levels(1) coroutine.resume(co) end
+  -- the coroutine's frames, then coroutine.resume or the wrap function,
+  -- then the resumer's (whose line is the resume's)
+  local want = {}
+  for _, f in ipairs(co_w) do want[#want + 1] = f end
+  want[#want + 1] = { c = true }
+  for _, f in ipairs(outer) do want[#want + 1] = f end
+  return co_g, want
+end
+
+local selftest_result
+
+--- The self-test at the first start: the capture's walk against
+-- debug.getinfo at every level of known stacks (nested, through pcall,
+-- a table.sort comparator, a compiled loop, coroutines resumed by
+-- coroutine.resume and by a coroutine.wrap function).
+-- @treturn table {ok=, reason=, checked=}
+function M.selftest()
+  if selftest_result then return selftest_result end
+  if not jit then selftest_result = { ok = false, reason = "needs LuaJIT" } return selftest_result end
+  local LP = core_private()
+  if not LP.luasafe_here then
+    selftest_result = { ok = false, reason = "no luasafe in the core" }
+    return selftest_result
+  end
+  here_args = { coroutine.resume, coroutine.wrap(function() end) }
+  local cases = { nested = st_mid, pcall = st_pcall, sort = st_sort, loop = st_loop,
+                  coroutine = function() return st_co(false) end, wrap = function() return st_co(true) end }
+  local names, checked = {}, 0
+  for k in pairs(cases) do names[#names + 1] = k end
+  sort(names)
+  for _, k in ipairs(names) do
+    local ok, g, w = pcall(cases[k])
+    if not ok then selftest_result = { ok = false, reason = "self-test " .. k .. ": " .. tostring(g) } break end
+    -- the capture goes to the root thread; debug.getinfo's outermost
+    -- levels below the script (busted's, the interpreter's) are the same
+    local why = compare(g, w, k)
+    if why then selftest_result = { ok = false, reason = "self-test " .. why } break end
+    checked = checked + #g
+  end
+  LP.luasafe_forget()
+  selftest_result = selftest_result or { ok = true, checked = checked }
+  return selftest_result
+end
+
+-- ---------------------------------------------------------------- arming
+
+--- Arms safe-point capture for profile p (its event p.ev opened with a
+-- wakeup per sample). @treturn true | nil, reason
+function M.arm(p, lj_mode)
+  local st = M.selftest()
+  if not st.ok then return nil, st.reason end
+  local LP = core_private()
+  local slot, err = LP.luasafe_arm(p.ev:fd(), coroutine.resume, here_args[2], lj_mode)
+  if not slot then return nil, err end
+  p.safe = { slot = slot, nstacks = 0, nchunks = 0, stacks = {}, chunks = {}, frames = {}, q = {}, qi = 1,
+             wait = {}, ipc = {}, nipc = 0 }
+  return true
+end
+
+-- open: the event's fd is still open (else the slot is freed regardless)
+function M.disarm(p, open)
+  local s = p.safe
+  if s then core_private().luasafe_disarm(s.slot, open and p.ev:fd() or nil) end
+end
+
+-- ---------------------------------------------------------------- drain
+
+-- the profile's name for the C function or builtin at GCfunc address a
+-- (lua_CFunction cf when known)
+local function c_name(p, a, cf, ffid)
+  local b = p.builtins
+  if not b then
+    b = p.helpers.builtins()
+    p.builtins = b
+    -- the builtins by ffid too: one not in a library table (ipairs'
+    -- iterator) is named as LuaJIT's tostring names it, builtin#N
+    local byff, jutil = {}, require("jit.util")
+    for _, f in ipairs(b.functions) do
+      local fi = jutil.funcinfo(f)
+      if fi.ffid and not byff[fi.ffid] then byff[fi.ffid] = b[p.helpers.addr_of(f)] end
+    end
+    p.builtins_ffid = byff
+  end
+  local n = b[a] or (ffid and p.builtins_ffid[ffid])
+  if n then return n end
+  if ffid then return "builtin#" .. ffid end
+  if cf and cf ~= 0 and p.sym then
+    local name, _, module = p.sym:lookup(cf)
+    if module and name:find("+0x", 1, true) then name = "[" .. module .. "]" end
+    if name then return name end
+  end
+  return format("[C@0x%x]", cf and cf ~= 0 and cf or a)
+end
+
+local function u64(lo, hi)
+  return (lo % 4294967296) + (hi % 4294967296) * 4294967296
+end
+
+-- the frames of stack id (root first), made once per profile
+local function stack_frames(p, id)
+  local s = p.safe
+  local fr = s.frames[id]
+  if fr then return fr end
+  local w = s.stacks[id]
+  local proto_info = p.helpers.proto_info
+  fr = {}
+  for i = 3, #w, 6 do
+    local k = w[i]
+    if k == 0 then
+      fr[#fr + 1] = { lua = proto_info({ source = s.chunks[w[i + 1]] or "?", linedefined = w[i + 2],
+                                         lastlinedefined = w[i + 3] }),
+                      line = w[i + 4] >= 0 and w[i + 4] or w[i + 2] }
+    elseif i > 3 or k ~= 2 then
+      -- (the outermost C frame, the host's entry (lua_pcall's), is left out)
+      local cf = k == 2 and u64(w[i + 4], w[i + 5]) or nil
+      local name = k == 3 and "coroutine.wrap" or c_name(p, u64(w[i + 2], w[i + 3]), cf, k == 1 and w[i + 1] or nil)
+      fr[#fr + 1] = { c = name, builtin = k ~= 2 or nil }
+    end
+  end
+  if w[1] % 2 == FLAG_TRUNC then fr.truncated = true end
+  if floor(w[1] / FLAG_UNJOINED) % 2 == 1 then fr.unjoined = true end
+  fr.nleaf = 1
+  s.frames[id] = fr
+  return fr
+end
+
+-- the C symbol at ip (name, module), memoised per profile
+local function ip_sym(p, ip)
+  local s = p.safe
+  local e = s.ipc[ip]
+  if not e then
+    if s.nipc >= 4096 then s.ipc, s.nipc = {}, 0 end
+    local name, _, module = p.sym:lookup(ip)
+    e = { name, module }
+    s.ipc[ip], s.nipc = e, s.nipc + 1
+  end
+  return e[1], e[2]
+end
+
+-- a module's own file (not anonymous memory, "anon" to the symbols, or
+-- a pseudo-file such as "[vdso]")
+local function is_file(module)
+  return module and module ~= "anon" and module:sub(1, 1) ~= "["
+end
+
+-- the VM's own code: the interpreter, or trace code (anonymous memory)
+local function in_vm(name, module)
+  return not is_file(module) or (module:find("luajit", 1, true) and (name:find("+0x", 1, true)
+    or name:find("^lj_") or name:find("^%[")))
+end
+
+local function c_leaf(p, ip)
+  local name, module = ip_sym(p, ip)
+  if module and name:find("+0x", 1, true) then name = "[" .. module .. "]" end
+  return { c = name, addr = ip, module = module }
+end
+
+-- the frames of one sample
+local function resolve(p, rec, sig)
+  local ip = tonumber(rec.ip)
+  local id = sig and sig.stack
+  if not id then
+    local fr = { c_leaf(p, ip) }
+    fr.nleaf = 1
+    return fr
+  end
+  local fr = stack_frames(p, id)
+  if #fr == 0 then
+    fr = { c_leaf(p, ip) }
+    fr.nleaf = 1
+    return fr
+  end
+  local leaf = sig.leaf and not sig.cut
+  local name, module = ip_sym(p, ip)
+  -- in a trace (vmstate >= 0), LuaJIT's own code is a helper the trace
+  -- called (string formatting, table resizing): kept as the leaf
+  local vm = in_vm(name, module) and not (sig.vms >= 0 and is_file(module))
+  if not leaf and vm then return fr end
+  local out = {}
+  for i = 1, #fr do out[i] = fr[i] end
+  out.truncated, out.unjoined = fr.truncated, fr.unjoined
+  local n = 0
+  if leaf then out[#out + 1] = { c = c_name(p, tonumber(sig.leaf)), builtin = true } n = 1 end
+  if not vm then out[#out + 1] = c_leaf(p, ip) n = n + 1 end
+  out.nleaf = n
+  return out
+end
+
+--- Reads the signals' records and the ring's samples, pairs them and adds
+-- each sample's frames to p (p:_count for keep=false).
+function M.drain(p, final)
+  local s = p.safe
+  local LP = core_private()
+  local recs, stacks, chunks, stats = LP.luasafe_read(s.slot, s.nstacks, s.nchunks, final)
+  for id, w in pairs(stacks) do s.stacks[id] = w end
+  for id, c in pairs(chunks) do s.chunks[id] = c end
+  s.nstacks, s.nchunks = stats.nstacks, stats.nchunks
+  p.capture_total_ns, p.captures = tonumber(stats.capture_ns), tonumber(stats.captures)
+  p.capture_ns = p.captures > 0 and p.capture_total_ns / p.captures or 0
+  p.sig_dropped, p.sig_throttled = stats.dropped, stats.throttled
+  p.nsigs = (p.nsigs or 0) + #recs
+  local q = s.q
+  for _, r in ipairs(recs) do
+    r.time, r.ip = tonumber(r.time), tonumber(r.ip)
+    q[#q + 1] = r
+  end
+  local wait = s.wait
+  for rec in p.ev:records() do
+    if rec.type == "sample" then wait[#wait + 1] = rec
+    elseif rec.type == "lost" or rec.type == "lost_samples" then
+      p.lost = p.lost + (tonumber(rec.lost) or 0)
+    end
+  end
+  local qi, k, keep = s.qi, 1, p.keep ~= false
+  local samples = p.samples
+  local last = q[#q]
+  while k <= #wait do
+    local rec = wait[k]
+    local t, ip = tonumber(rec.time), tonumber(rec.ip)
+    while q[qi] and q[qi].time < t do qi = qi + 1 end
+    local sig
+    for j = qi, qi + 3 do
+      local g = q[j]
+      if not g or g.time - t >= WINDOW then break end
+      if g.ip == ip then sig = g qi = j + 1 break end
+    end
+    if not sig and not final and (not last or last.time < t + WINDOW) then break end
+    local fr = resolve(p, rec, sig)
+    p.nsamples = p.nsamples + 1
+    if sig then p.npaired = (p.npaired or 0) + 1 end
+    if sig and sig.stack then p.nsafe = (p.nsafe or 0) + 1 end
+    if not sig and os.getenv("LS_DEBUG") then
+      io.stderr:write(("unpaired t=%d ip=%x; near:"):format(t, ip))
+      for j = qi - 2, qi + 2 do local g = q[j] if g then io.stderr:write((" [%d %x]"):format(g.time - t, g.ip)) end end
+      io.stderr:write("\n")
+    end
+    if keep then samples[#samples + 1] = fr else p:_count(fr) end
+    k = k + 1
+  end
+  -- what is left waits for the next drain
+  local rest = {}
+  for i = k, #wait do rest[#rest + 1] = wait[i] end
+  s.wait = rest
+  local qrest = {}
+  for i = qi, #q do qrest[#qrest + 1] = q[i] end
+  s.q, s.qi = qrest, 1
+end
+
+-- the functions of a drain, for profile.lua's jit.off of an aggregated
+-- profile's drain (see M.start there)
+function M.drain_fns()
+  return { M.drain, resolve, stack_frames, ip_sym, c_leaf, in_vm, is_file, c_name, u64 }
+end
+
+--- What a stack id stands for (tests): its frames' text, root first.
+function M.text(p, fr)
+  local parts = {}
+  for i, f in ipairs(fr) do parts[i] = f.c or p.helpers.frame_name(f.lua, f.line) end
+  return concat(parts, ";")
+end
+
+return M

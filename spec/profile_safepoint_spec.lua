@@ -1,0 +1,375 @@
+-- pe.profile's safe-point stacks on LuaJIT (csrc/luasafe.c,
+-- lua/perf_event/profile/safepoint.lua): the capture's walk against
+-- debug.getinfo (its self-test), the stacks of the classes the signal-time
+-- walk lost (C functions calling Lua, pcall/error, metamethods, coroutines,
+-- deep recursion), line shares against jit.profile, and inclusive shares
+-- against os.clock measured around each function here.
+local pe = require("perf_event")
+
+local jit = rawget(_G, "jit")
+local clock = os.clock
+local CHUNK = "spec/profile_safepoint_spec.lua"
+-- upvalues: busted's global environment would keep the loops from compiling
+local sformat, supper, sgsub, tsort, tconcat = string.format, string.upper, string.gsub, table.sort, table.concat
+local pcall, error, setmetatable = pcall, error, setmetatable
+local cocreate, coresume, coyield, cowrap = coroutine.create, coroutine.resume, coroutine.yield, coroutine.wrap
+
+local function sp_fmt(n)
+  local s = 0
+  for i = 1, n do s = s + #supper(sformat("%d:%s:%5.2f", i, "abc", i / 3)) end
+  return s
+end
+
+local function sp_repl(w) return w .. "!" end
+local function sp_gsub(n)
+  local s = 0
+  for _ = 1, n do s = s + #sgsub("alpha beta gamma delta epsilon", "%a+", sp_repl) end
+  return s
+end
+
+local function sp_cmp(a, b) return a < b end
+local function sp_sort(n)
+  local t = {}
+  for i = 1, n do t[i] = (i * 7919) % 10007 end
+  tsort(t, sp_cmp)
+  return t[1]
+end
+
+local function sp_thrower(i) if i % 2 == 0 then error("even " .. i) end return i end
+local function sp_pcall(n)
+  local bad = 0
+  for i = 1, n do if not pcall(sp_thrower, i) then bad = bad + 1 end end
+  return bad
+end
+
+local function sp_alloc(n)
+  local keep = {}
+  for i = 1, n do keep[i % 64 + 1] = { i, i + 1, tostring(i), { i } } end
+  return #keep
+end
+
+local function sp_lua(n)
+  local s = 0
+  for i = 1, n do s = (s * 31 + i) % 1000003 end
+  return s
+end
+
+local function sp_idx(_, k) return k * 2 end
+local function sp_index_caller(n)
+  local t = setmetatable({}, { __index = sp_idx })
+  local s = 0
+  for i = 1, n do s = s + t[i % 100] end
+  return s
+end
+
+local function sp_co_body(n)
+  while true do
+    local s = 0
+    for i = 1, n do s = (s * 17 + i) % 999983 end
+    n = coyield(s) or n
+  end
+end
+local function run_co(co) local _, s = coresume(co, 100000) return s end
+
+local function sp_rec(d, n)
+  if d <= 1 then return sp_lua(n) + 0 end   -- (not a tail call: d frames of sp_rec)
+  return sp_rec(d - 1, n) + 0
+end
+
+-- a compiled loop of three body lines of different cost
+local function sp_lines(n)
+  local a, b, c = 1, 1, 1
+  for i = 1, n do
+    a = (a * 31 + i) % 1000003
+    b = (b * 17 + a) % 999983; b = (b * 13 + i) % 999979; b = (b * 7 + a) % 65521
+    c = (c + b) % 65521; c = (c * 3 + i) % 65519
+  end
+  return a + b + c
+end
+
+local function line_of(name)
+  local n = 0
+  for l in io.lines(CHUNK) do
+    n = n + 1
+    if l:match("^local function " .. name .. "%(") then return n end
+  end
+end
+
+local function has(frames, name)
+  for _, f in ipairs(frames) do
+    if f.lua and f.lua.name == name and f.lua.chunk == CHUNK then return true end
+  end
+  return false
+end
+
+-- the share (percent) of samples whose stack holds function `name`
+local function incl(p, name)
+  local n, tot = 0, 0
+  for _, fr in ipairs(p.samples) do
+    tot = tot + 1
+    if has(fr, name) then n = n + 1 end
+  end
+  return tot > 0 and 100 * n / tot or 0, tot
+end
+
+-- runs the functions in turn for `secs` of CPU time under a profile;
+-- returns the profile and each function's os.clock share of the window
+local function profile_mix(fns, secs, opts)
+  local p = assert(pe.profile.start(opts or { freq = 999 }))
+  local spent, t0 = {}, clock()
+  for _, e in ipairs(fns) do spent[e[1]] = 0 end
+  while clock() - t0 < secs do
+    for _, e in ipairs(fns) do
+      local a = clock()
+      e[2](e[3])
+      spent[e[1]] = spent[e[1]] + clock() - a
+    end
+  end
+  local total = clock() - t0
+  p:stop()
+  local share = {}
+  for k, v in pairs(spent) do share[k] = 100 * v / total end
+  return p, share
+end
+
+local function check_shares(fns, secs)
+  local p, share = profile_mix(fns, secs)
+  local msg = {}
+  for _, e in ipairs(fns) do
+    local got = incl(p, e[1])
+    msg[#msg + 1] = sformat("%s: %.1f%% of samples, %.1f%% of os.clock", e[1], got, share[e[1]])
+  end
+  -- the thread runs Lua all along: (nearly) every sample has a Lua frame
+  local nolua = 0
+  for _, fr in ipairs(p.samples) do
+    local any = false
+    for _, f in ipairs(fr) do if f.lua then any = true break end end
+    if not any then nolua = nolua + 1 end
+  end
+  local why = tconcat(msg, "; ") .. sformat(" (%d samples, %d without a Lua frame)", #p.samples, nolua)
+  if os.getenv("PE_PROF_REPORT") then io.stderr:write("shares: ", why, "\n") end
+  assert.is_true(#p.samples >= 200, why)
+  assert.is_true(nolua <= 0.02 * #p.samples, why)
+  for _, e in ipairs(fns) do
+    assert.is_true(math.abs(incl(p, e[1]) - share[e[1]]) <= 5, why)
+  end
+  return p
+end
+
+-- the stacks of p that contain all the names in order, as text
+local function stacks_with(p, pattern)
+  local n = 0
+  for _, fr in ipairs(p.samples) do
+    local parts = {}
+    for i, f in ipairs(fr) do parts[i] = f.c or f.lua.name end
+    if tconcat(parts, ";"):find(pattern) then n = n + 1 end
+  end
+  return n
+end
+
+local describe_jit = jit and describe or pending
+
+describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
+  it("its self-test matches debug.getinfo at every level of known stacks", function()
+    local st = require("perf_event.profile.safepoint").selftest()
+    assert.is_true(st.ok, tostring(st.reason))
+    -- six stacks (nested, pcall, sort, compiled loop, resume, wrap) of a
+    -- few frames each under busted's: far more than 6 frames compared
+    assert.is_true(st.checked >= 30, "only " .. tostring(st.checked) .. " frames compared")
+    local p = assert(pe.profile.start({ freq = 999 }))
+    p:stop()
+    assert.equal("safepoint", p.mode)
+    assert.equal("safepoint", p.walk)
+    assert.is_true(p.stacks)
+  end)
+
+  it("starts in under 10 ms with under 0.5 MB of Lua heap", function()
+    -- the first start ran the self-test (above); a fresh profile now
+    collectgarbage()
+    collectgarbage("stop")
+    local m0, t0 = collectgarbage("count"), clock()
+    local p = assert(pe.profile.start({ freq = 999 }))
+    local dt, dm = (clock() - t0) * 1000, collectgarbage("count") - m0
+    collectgarbage("restart")
+    p:stop()
+    assert.is_true(dt < 10, sformat("start took %.1f ms of CPU", dt))
+    assert.is_true(dm < 512, sformat("start grew the heap by %.0f KB", dm))
+  end)
+
+  it("a table.sort comparator shows under its caller and table.sort", function()
+    local p = check_shares({ { "sp_sort", sp_sort, 20000 }, { "sp_lua", sp_lua, 200000 } }, 0.8)
+    local n = stacks_with(p, "sp_sort;table%.sort;sp_cmp$")
+    assert.is_true(n >= 0.1 * #p.samples, n .. " of " .. #p.samples .. " samples in sp_sort;table.sort;sp_cmp")
+  end)
+
+  it("gsub with a function replacement: the callback under string.gsub, the time under its caller", function()
+    local p = check_shares({ { "sp_gsub", sp_gsub, 2000 }, { "sp_lua", sp_lua, 200000 } }, 0.8)
+    local n = stacks_with(p, "sp_gsub;string%.gsub")
+    assert.is_true(n >= 0.1 * #p.samples, n .. " of " .. #p.samples .. " samples in sp_gsub;string.gsub")
+  end)
+
+  it("string.format and upper: the time under their caller", function()
+    check_shares({ { "sp_fmt", sp_fmt, 20000 }, { "sp_lua", sp_lua, 200000 } }, 0.8)
+  end)
+
+  it("a pcall/error loop: the time under its caller", function()
+    check_shares({ { "sp_pcall", sp_pcall, 20000 }, { "sp_lua", sp_lua, 200000 } }, 0.8)
+  end)
+
+  it("an allocation-heavy loop and two others: each within 5 points of os.clock", function()
+    check_shares({ { "sp_alloc", sp_alloc, 20000 }, { "sp_fmt", sp_fmt, 10000 }, { "sp_lua", sp_lua, 200000 } }, 0.9)
+  end)
+
+  it("an __index function metamethod shows under the code that indexed", function()
+    -- interpreted: the metamethod runs in its own frame (a continuation
+    -- frame); a trace inlines it into the caller's loop
+    jit.off(sp_index_caller)
+    jit.off(sp_idx)
+    local p = check_shares({ { "sp_index_caller", sp_index_caller, 200000 }, { "sp_lua", sp_lua, 200000 } }, 0.6)
+    local n = stacks_with(p, "sp_index_caller;sp_idx$")
+    jit.on(sp_index_caller)
+    jit.on(sp_idx)
+    assert.is_true(n >= 0.1 * #p.samples, n .. " of " .. #p.samples .. " samples in sp_index_caller;sp_idx")
+  end)
+
+  it("a coroutine's frames come under run_co, the code that resumed it", function()
+    local co = cocreate(sp_co_body)
+    local wrapped = cowrap(sp_co_body)
+    local p = check_shares({ { "run_co", run_co, co }, { "sp_lua", sp_lua, 200000 } }, 0.6)
+    local n = stacks_with(p, "run_co;coroutine%.resume;sp_co_body")
+    local in_co = stacks_with(p, "sp_co_body")
+    assert.is_true(in_co > 0.2 * #p.samples, in_co .. " of " .. #p.samples .. " samples in the coroutine")
+    assert.equal(in_co, n)
+    -- and a coroutine.wrap function
+    local q = assert(pe.profile.start({ freq = 999 }))
+    local t0 = clock()
+    while clock() - t0 < 0.3 do wrapped(20000) end
+    q:stop()
+    local w = stacks_with(q, "sp_co_body")
+    assert.is_true(w > 100, w .. " samples in the wrapped coroutine")
+    -- above the coroutine's frame: the wrap function, then this test's
+    local joined = 0
+    for _, fr in ipairs(q.samples) do
+      for i, f in ipairs(fr) do
+        if f.lua and f.lua.name == "sp_co_body" then
+          local up = fr[i - 2]
+          if fr[i - 1] and fr[i - 1].c and up and up.lua and up.lua.chunk == CHUNK then joined = joined + 1 end
+          break
+        end
+      end
+      assert.is_nil(fr.unjoined)
+    end
+    assert.equal(w, joined)
+  end)
+
+  it("recursion 100 deep is shown whole; 300 deep keeps the 256 frames nearest the leaf, marked", function()
+    local p = assert(pe.profile.start({ freq = 999 }))
+    local t0 = clock()
+    while clock() - t0 < 0.3 do sp_rec(100, 20000) end
+    p:stop()
+    local whole = 0
+    for _, fr in ipairs(p.samples) do
+      local n = 0
+      for _, f in ipairs(fr) do if f.lua and f.lua.name == "sp_rec" then n = n + 1 end end
+      -- in sp_lua, at the bottom of the recursion (not on the way down or up)
+      if has(fr, "sp_lua") then
+        assert.equal(100, n)
+        assert.is_nil(fr.truncated)
+        whole = whole + 1
+      end
+    end
+    assert.is_true(whole > 100, whole .. " samples under sp_rec")
+    local q = assert(pe.profile.start({ freq = 999 }))
+    t0 = clock()
+    while clock() - t0 < 0.3 do sp_rec(300, 20000) end
+    q:stop()
+    local deep = 0
+    for _, fr in ipairs(q.samples) do
+      if has(fr, "sp_lua") then
+        local nlua = 0
+        for _, f in ipairs(fr) do if f.lua then nlua = nlua + 1 end end
+        assert.equal(256, nlua)
+        assert.is_true(fr.truncated)
+        assert.equal("sp_lua", fr[#fr].lua.name)
+        deep = deep + 1
+      end
+    end
+    assert.is_true(deep > 100, deep .. " samples under sp_rec 300 deep")
+  end)
+
+  it("a compiled loop's line shares match jit.profile's (mode li1) within 5 points", function()
+    local profile = require("jit.profile")
+    local first = line_of("sp_lines")
+    local lines = { first + 3, first + 4, first + 5 }
+    local function norm(t)
+      local s = 0
+      for _, l in ipairs(lines) do s = s + (t[l] or 0) end
+      local o = {}
+      for _, l in ipairs(lines) do o[l] = s > 0 and 100 * (t[l] or 0) / s or 0 end
+      return o, s
+    end
+    -- jit.profile, one sample per ms asked (ITIMER_PROF ticks with the
+    -- kernel's HZ: 4 ms here), the line of the leaf frame; then ours; in
+    -- alternating rounds, so that the machine's load hits both alike
+    local jp, ours = {}, {}
+    for _ = 1, 4 do
+      profile.start("li1", function(th, samples)
+        local l = tonumber(profile.dumpstack(th, "l", 1):match(":(%d+)$"))
+        if l then jp[l] = (jp[l] or 0) + samples end
+      end)
+      local t0 = clock()
+      while clock() - t0 < 0.6 do sp_lines(100000) end
+      profile.stop()
+      local p = assert(pe.profile.start({ freq = 999 }))
+      t0 = clock()
+      while clock() - t0 < 0.3 do sp_lines(100000) end
+      p:stop()
+      for _, fr in ipairs(p.samples) do
+        local f = fr[#fr]
+        if f.lua and f.lua.name == "sp_lines" then ours[f.line] = (ours[f.line] or 0) + 1 end
+      end
+    end
+    local jn, js = norm(jp)
+    local on, os_ = norm(ours)
+    local why = sformat("jit.profile %d samples: %.1f/%.1f/%.1f%%; ours %d: %.1f/%.1f/%.1f%%", js,
+                        jn[lines[1]], jn[lines[2]], jn[lines[3]], os_, on[lines[1]], on[lines[2]], on[lines[3]])
+    if os.getenv("PE_PROF_REPORT") then io.stderr:write("lines: ", why, "\n") end
+    assert.is_true(js >= 300 and os_ >= 600, why)
+    for _, l in ipairs(lines) do assert.is_true(math.abs(jn[l] - on[l]) <= 5, why) end
+  end)
+
+  it("two profiles at once both get the stacks", function()
+    local a = assert(pe.profile.start({ freq = 499 }))
+    local b = assert(pe.profile.start({ freq = 499 }))
+    local t0 = clock()
+    while clock() - t0 < 0.3 do sp_sort(20000) end
+    b:stop()
+    a:stop()
+    for _, p in ipairs({ a, b }) do
+      assert.equal("safepoint", p.walk)
+      local n = stacks_with(p, "sp_sort;table%.sort")
+      assert.is_true(n >= 0.5 * #p.samples and #p.samples >= 60, n .. " of " .. #p.samples)
+    end
+  end)
+
+  it("leaves jit.profile alone when it runs: the signal-time walk, saying why", function()
+    local profile = require("jit.profile")
+    local got = 0
+    profile.start("f", function(_, samples) got = got + samples end)
+    local p, err = pe.profile.start({ freq = 999 })
+    local t0 = clock()
+    while clock() - t0 < 0.1 do sp_lua(100000) end
+    if p then p:stop() end
+    profile.stop()
+    assert.is_table(p, tostring(err))
+    assert.equal("signal", p.walk)
+    assert.matches("LuaJIT's profiler is in use", p.stacks_reason, 1, true)
+    assert.is_true(got > 0, "jit.profile kept its samples")
+  end)
+
+  it("reports the capture's own cost per sample", function()
+    local p = check_shares({ { "sp_sort", sp_sort, 20000 } }, 0.3)
+    assert.is_true(p.captures > 0)
+    assert.is_true(p.capture_ns > 0 and p.capture_ns < 50000, "capture_ns " .. tostring(p.capture_ns))
+  end)
+end)
