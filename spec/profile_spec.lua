@@ -703,12 +703,26 @@ describe("pe.profile", function()
     local s1 = LP.luasafe_stats and LP.luasafe_stats()
     assert.equal(1, p.sig_throttled - (t0 + 2) + (s1 and s1.throttled - s0.throttled or 0))
     p:stop()
-    -- a clock sampled above 10 kHz gets leaf frames, and says why
+    -- a clock asked for above 10 kHz: the signal walk gets leaf frames and
+    -- says why; the default (safe point) samples at 10 kHz and says so
     for _, o in ipairs({ { period = 50000 }, { freq = 20000 } }) do   -- 50 us: 20 kHz
+      o.walk = "signal"
       local q = assert(pe.profile.start(o))
       q:stop()
       assert.is_false(q.stacks)
       assert.matches("20000 samples/s is above the 10000/s", q.stacks_reason)
+      o.walk = nil
+      q = assert(pe.profile.start(o))
+      q:stop()
+      assert.equal("safepoint", q.walk)
+      assert.is_true(q.stacks)
+      if o.period then
+        assert.equal(100000, q.period)
+        assert.matches("period 50000 ns is under the 100000 ns", q.rate_note)
+      else
+        assert.equal(10000, q.freq)
+        assert.matches("freq 20000 is above the 10000 samples/s", q.rate_note)
+      end
     end
   end)
 
