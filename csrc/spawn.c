@@ -388,6 +388,22 @@ static int l_wait_pid(lua_State *L)
   return 2;
 }
 
+/* for ring.c's core.wait_events: the signalfd of catch_signals() (-1 before) */
+int pe_signal_fd(void)
+{
+  return sig_fd;
+}
+
+/* for ring.c's core.wait_events: the pid of the child at idx, 0 once it
+ * was reaped, -1 when idx holds no child; raises for one not started */
+int pe_child_pid(lua_State *L, int idx)
+{
+  pe_child *c = (pe_child *)pe_testudata(L, idx, PE_CHILD_MT);
+  if (!c) return -1;
+  if (c->gate >= 0) luaL_error(L, "wait_events: call child:start() first");
+  return c->pid > 0 ? (int)c->pid : 0;
+}
+
 static int l_now(lua_State *L)
 {
   struct timespec ts;

@@ -296,6 +296,17 @@ local function build_id_entry(name, id, cpumode)
          name .. rep("\0", len - #name)
 end
 
+--- Appends a LOST_SAMPLES record: n samples the kernel dropped (read_format
+-- LOST), as perf record writes one at its end; `perf report` prints them
+-- as "Total Lost Samples".
+function Writer:lost_samples(n)
+  local first = self.attrs[1]
+  local st = first and first.sample_type
+  local trailer = first and first.sample_id_all and sample_id_trailer(st, 0, 0) or ""
+  local raw = u32(RT.lost_samples) .. u16(0, 16 + #trailer) .. u64(n) .. trailer
+  self:add(raw)
+end
+
 --- Ends a round: every record of the rings up to now was written (perf
 -- sorts the records before it and flushes them, so its queue stays small).
 function Writer:round()

@@ -34,6 +34,9 @@ usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g | --call-graph fp|dwarf
   -t, --tid TID       sample one thread (not its children) until it exits or Ctrl-C
   -a, --all-cpus      sample every CPU (system wide) until Ctrl-C, or while CMD runs
   -C, --cpu CPUS      sample these CPUs only ('0-1,3'), system wide
+  -m, --mmap-pages N  ring size per CPU: N pages (a power of two) or a size
+                      (512K, 2M); default as perf's: perf_event_mlock_kb
+                      (128 pages of 4 KiB; dwarf: 4 times that)
   -o, --output FILE   folded stacks go to FILE (default perf.folded; '-' = stdout);
                       a FILE ending in .data gets perf.data instead, which
                       'perf report -i FILE' and 'perf script -i FILE' read
@@ -55,6 +58,9 @@ usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g | --call-graph fp|dwarf
                       --pprof and --speedscope too)
 
 Folded output: one line per distinct stack, root first: 'comm;main;caller;callee N'.
+Samples the kernel dropped (a full ring) are counted, never hidden: a
+'[lost] N' line in folded output, a LOST_SAMPLES record in perf.data
+('perf report': Total Lost Samples) and '; N lost' on the closing line.
 User addresses are named from the ELF symbol tables (.symtab/.dynsym) of the
 mapped files or of their separate debug files (/usr/lib/debug/.build-id,
 .gnu_debuglink: install e.g. libc6-dbg), kernel ones from /proc/kallsyms; a
@@ -118,6 +124,43 @@ local function time_of(r)
   return tonumber(t) or 0
 end
 
+--- perf record's default ring: perf_event_mlock_kb (516 KiB unless
+-- raised) less the user page, in pages, rounded down to a power of two
+-- (128 pages of 4 KiB); `dwarf`: four times that, for the stack copies.
+-- @tparam boolean dwarf
+-- @treturn number data pages per ring
+function M.default_pages(dwarf)
+  local page = core()._private.page_size()
+  local kb = pe().sysctl().mlock_kb or 516
+  local n = math.floor((kb - page / 1024) * 1024 / page)
+  local p = 1
+  while p * 2 <= n do p = p * 2 end
+  if p < 8 then p = 8 end
+  return dwarf and p * 4 or p
+end
+
+--- `-m`: perf record's --mmap-pages value, a number of pages or a size
+-- with a B, K, M or G suffix; rounded up to a power of two of pages (with
+-- perf's warning).
+-- @treturn number data pages per ring
+function M.mmap_pages(v)
+  local page = core()._private.page_size()
+  local num, unit = tostring(v):match("^(%d+)([BbKkMmGg]?)$")
+  local n = tonumber(num or "")
+  if not n or n < 1 then
+    usage_error("record", format("-m: a number of pages or a size (512K, 2M), got '%s'", tostring(v)))
+  end
+  local scale = ({ b = 1, k = 1024, m = 1024 ^ 2, g = 1024 ^ 3 })[unit:lower()]
+  if scale then n = math.ceil(n * scale / page) end
+  local p = 1
+  while p < n do p = p * 2 end
+  if p > 2 ^ 20 then usage_error("record", format("-m %s: at most 2^20 pages", tostring(v))) end
+  if p ~= n then
+    io.stderr:write(format("rounding mmap pages size to %d bytes (%d pages)\n", p * page, p))
+  end
+  return p
+end
+
 --- perf record's --call-graph value: "fp", "dwarf" or "dwarf,SIZE" (bytes
 -- of user stack copied per sample; perf's default 8192, rounded up to 8,
 -- at most 65528).
@@ -142,9 +185,9 @@ end
 function M.record(argv)
   local o = parse_args("record", argv, {
     short = { e = "event", F = "freq", c = "count", g = "g", p = "pid", o = "output", h = "help",
-              t = "tid", a = "all-cpus", C = "cpu" },
+              t = "tid", a = "all-cpus", C = "cpu", m = "mmap-pages" },
     takes = { event = true, freq = true, count = true, pid = true, output = true, tid = true, cpu = true,
-              ["call-graph"] = true },
+              ["call-graph"] = true, ["mmap-pages"] = true },
     flags = { g = true, help = true, folded = true, ["all-cpus"] = true, pprof = true, speedscope = true,
               lua = true },
   })
@@ -189,6 +232,7 @@ function M.record(argv)
     usage_error("record", "nothing to sample: give a command after '--', -p PID, -t TID or -a")
   end
   local freq = o.freq and number_opt("record", o.freq, "-F HZ")
+  local mmap_pages = o["mmap-pages"] and M.mmap_pages(o["mmap-pages"])
   local period = o.count and number_opt("record", o.count, "-c PERIOD")
   local c = core()
   local cg, cg_err = M.call_graph(o["call-graph"] or (o.g and "fp"))
@@ -269,6 +313,11 @@ function M.record(argv)
     end
     if #tids == 0 then io.stderr:write(format("luaperf record: no process %d\n", pid)) return 1 end
   end
+  -- rings as perf sizes them: perf_event_mlock_kb less the user page, a
+  -- power of two of pages (516 KiB -> 512 KiB per CPU); -m sets it.  A
+  -- DWARF sample carries a stack copy (8 KiB by default): four times that
+  local pages = mmap_pages or M.default_pages(cg and cg.mode == "dwarf")
+  local PAGE = c._private.page_size()
   local slots = {}
   for _, t in ipairs(tids) do
     for _, cpu in ipairs(cpus) do slots[#slots + 1] = { tid = t, cpu = cpu } end
@@ -289,8 +338,10 @@ function M.record(argv)
     attr.comm_exec = true
     attr.task = true
     attr.sample_id_all = true
-    attr.wakeup_events = 0
-    attr.watermark = false
+    -- woken when a quarter of the ring is written (perf: half, the
+    -- kernel's default): the copy out (ring_take) starts early
+    attr.watermark = true
+    attr.read_format = "lost"   -- the samples the kernel dropped, exactly
     if cg and cg.mode == "dwarf" then
       -- the kernel's chain stops at user space; the user part is unwound
       -- from the registers and stack copy (core.unwind)
@@ -307,11 +358,14 @@ function M.record(argv)
     -- no exclude_guest on EINVAL
     local r = { attr = attr, name = specs[1].name, explicit = specs[1].explicit, guest = specs[1].guest }
     local ev
-    -- a DWARF sample carries a stack copy (8 KiB by default): a bigger ring
-    ev, err = R.open(r, { pid = slot.tid, cpu = cpu, pages = (cg and cg.mode == "dwarf") and 512 or 64 })
-    if not ev then
-      -- a smaller ring when the mlock budget is tight
-      ev, err = R.open(r, { pid = slot.tid, cpu = cpu, pages = 8 })
+    while true do
+      attr.wakeup_watermark = math.floor(pages * PAGE / 4)
+      ev, err = R.open(r, { pid = slot.tid, cpu = cpu, pages = pages })
+      -- the mlock budget is tight (many threads of -p, a user's limit):
+      -- smaller rings for this and the next events, down to 8 pages; a
+      -- size given with -m is kept or refused, as perf does
+      if ev or mmap_pages or pages <= 8 then break end
+      pages = pages / 2
     end
     if not ev then
       for _, e in ipairs(evs) do e:close() end
@@ -355,25 +409,56 @@ function M.record(argv)
     io.stderr:write(format("luaperf record: %s was left by an earlier process %d: not used; C frames only\n",
                            lmap.path, pid))
   end
-  local function drain()
-    local batch = {}
-    if pdata then
-      local records = require("perf_event.perfdata").records
-      for _, ev in ipairs(evs) do
-        for raw, rec in records(ev) do rec.raw_bytes = raw batch[#batch + 1] = rec end
-      end
-      table.sort(batch, function(a, b) return time_of(a) < time_of(b) end)
-      for _, rec in ipairs(batch) do pdata:add(rec.raw_bytes, rec) end
-      if #batch > 0 then pdata:round() end
-      return
-    end
+  -- The rings are copied out whole (ring_take: one memcpy per ring, the
+  -- tail published at once) as soon as a quarter of one is written, and
+  -- decoded afterwards, a round at a time: so a burst the decoding cannot
+  -- follow still leaves room in the rings.  While it decodes, it takes the
+  -- rings again each millisecond (checked every 64 records).
+  local ring_take, chunk_record = c._private.ring_take, c._private.chunk_record
+  local queue, qhead, qtail = {}, 1, 0   -- rounds taken, not yet decoded
+  local queued, QUEUE_MAX = 0, 64 * 1024 * 1024   -- their bytes
+  local now, last_take = c.now, 0
+  local function take_all()
+    last_take = now()
+    local round
     for _, ev in ipairs(evs) do
-      for rec in ev:records() do batch[#batch + 1] = rec end
+      local chunk, why = ring_take(ev)
+      if why then io.stderr:write("luaperf record: ", why, "\n") end
+      if chunk then
+        round = round or {}
+        round[#round + 1] = { ev = ev, chunk = chunk }
+        queued = queued + #chunk
+      end
+    end
+    if round then qtail = qtail + 1; queue[qtail] = round end
+  end
+  local function tick(i)
+    if i % 64 == 0 and now() - last_take >= 0.001 then take_all() end
+  end
+  local function process(round)
+    local batch = {}
+    for _, ch in ipairs(round) do
+      local pos, chunk, ev = 1, ch.chunk, ch.ev
+      queued = queued - #chunk
+      while true do
+        local at = pos
+        local rec
+        rec, pos = chunk_record(ev, chunk, pos)
+        if not rec then break end
+        if pdata then rec.raw_bytes = chunk:sub(at, pos - 1) end
+        batch[#batch + 1] = rec
+        tick(#batch)
+      end
     end
     -- rings are per CPU: merge by time so mmaps precede the samples in them
     table.sort(batch, function(a, b) return time_of(a) < time_of(b) end)
+    if pdata then
+      for i, rec in ipairs(batch) do pdata:add(rec.raw_bytes, rec) tick(i) end
+      if #batch > 0 then pdata:round() end
+      return
+    end
     if lmap then lmap:refresh() end   -- the traces and functions made meanwhile
-    for _, rec in ipairs(batch) do
+    for i, rec in ipairs(batch) do
       if rec.type == "sample" then
         if not seen_pid[rec.pid] and not sym.maps[rec.pid] then
           sym:load_maps(rec.pid)   -- started before we saw its mmaps
@@ -390,6 +475,16 @@ function M.record(argv)
       else
         sym:record(rec)
       end
+      tick(i)
+    end
+  end
+  -- everything in the rings now, and what was taken before
+  local function drain()
+    take_all()
+    while qhead <= qtail do
+      local round = queue[qhead]
+      queue[qhead], qhead = nil, qhead + 1
+      process(round)
     end
   end
 
@@ -406,24 +501,57 @@ function M.record(argv)
     if not child then io.stderr:write("luaperf record: ", err, "\n") return 127 end
   end
 
+  -- as perf record's loop: sleep in poll(2) on the event fds (woken at
+  -- the watermark), the command's or process's pidfd and the signalfd; a
+  -- ring whose task is gone (POLLHUP) is polled no more, and when none is
+  -- left (-p, -t: every thread exited) the recording ends
+  local live = {}
+  for i, ev in ipairs(evs) do live[i] = ev end
   local status, code
+  local waited = child or pid or nil
   while true do
-    if child then status, code = child:wait(100)
-    else status, code = c.wait_pid(pid or tid or 1, 100) end
-    drain()
-    if status == "signal" and not child then break end
-    if status ~= false and status ~= "signal" then break end
+    local what, x = c.wait_events(live, 250, waited)
+    if what == nil then io.stderr:write("luaperf record: ", tostring(x), "\n") break end
+    -- a ring at its watermark is copied at once; the decoding waits for a
+    -- quiet moment (250 ms without a wakeup) or 64 MiB of copies, so a
+    -- burst finds the rings empty (symbol tables load on a first sample)
+    take_all()
+    if what == false or queued > QUEUE_MAX then drain() end
+    if what == "signal" then
+      if not child then break end
+      -- the child got the same SIGINT from the terminal; wait for it
+    elseif what == "exited" then
+      break
+    end
+    if x and what ~= "signal" then
+      local gone = {}
+      for _, i in ipairs(x) do gone[live[i]] = true end
+      local keep = {}
+      for _, ev in ipairs(live) do if not gone[ev] then keep[#keep + 1] = ev end end
+      live = keep
+      if #live == 0 and not wide then break end
+    end
   end
+  if child then status, code = child:wait() end
   for _, ev in ipairs(evs) do ev:disable() end
   drain()
-  local lost = 0
-  for _, ev in ipairs(evs) do lost = lost + (tonumber((ev:lost())) or 0) ev:close() end
+  -- lost: what the LOST and LOST_SAMPLES records said, or the events'
+  -- own count of dropped samples (read_format LOST), whichever is more
+  local lost_records, lost_read = 0, 0
+  for _, ev in ipairs(evs) do
+    lost_records = lost_records + (tonumber((ev:lost())) or 0)
+    local v = ev:read_raw()
+    lost_read = lost_read + (tonumber(v and v.lost) or 0)
+  end
+  local lost = math.max(lost_records, lost_read)
+  if pdata and lost_read > 0 then pdata:lost_samples(lost_read) end
+  for _, ev in ipairs(evs) do ev:close() end
 
   if pdata then
     local ok, werr = pdata:close()
     if not ok then io.stderr:write("luaperf record: ", tostring(werr), "\n") return 1 end
-    io.stderr:write(format("[ luaperf record: %d samples%s written to %s (perf.data) ]\n", pdata.samples,
-                           lost > 0 and format(", %d records lost", lost) or "", path))
+    io.stderr:write(format("[ luaperf record: %d samples written to %s (perf.data); %d lost ]\n",
+                           pdata.samples, path, lost))
     if child and (status == "exited" or status == "signaled") then return exit_code(status, code) end
     return 0
   end
@@ -438,9 +566,8 @@ function M.record(argv)
     end
     out:write(bytes)
     if out ~= io.stdout then out:close() end
-    io.stderr:write(format("[ luaperf record: %d samples, %d stacks%s written to %s (%s) ]\n", collector.samples,
-                           #t.samples, lost > 0 and format(", %d records lost", lost) or "",
-                           path == "-" and "stdout" or path, as_profile))
+    io.stderr:write(format("[ luaperf record: %d samples, %d stacks written to %s (%s); %d lost ]\n",
+                           collector.samples, #t.samples, path == "-" and "stdout" or path, as_profile, lost))
     if child and (status == "exited" or status == "signaled") then return exit_code(status, code) end
     return 0
   end
@@ -449,11 +576,13 @@ function M.record(argv)
     io.stderr:write(format("luaperf record: %d of %d samples in Lua code (%d bytecode lines and %d traces "
                            .. "in %s)\n", nlua, folder.samples, lmap.nbc, lmap.ntraces, lmap.path))
   end
+  -- the lost samples are a stack of their own, '[lost] N': a flame graph
+  -- shows their share, and the file says how many there were
+  if lost > 0 then lines[#lines + 1] = format("[lost] %d", lost) end
   if #lines > 0 then out:write(concat(lines, "\n"), "\n") end
   if out ~= io.stdout then out:close() end
-  io.stderr:write(format("[ luaperf record: %d samples, %d stacks%s written to %s ]\n", folder.samples,
-                         #lines, lost > 0 and format(", %d records lost", lost) or "",
-                         path == "-" and "stdout" or path))
+  io.stderr:write(format("[ luaperf record: %d samples, %d stacks written to %s; %d lost ]\n", folder.samples,
+                         #lines, path == "-" and "stdout" or path, lost))
   if child and (status == "exited" or status == "signaled") then return exit_code(status, code) end
   return 0
 end
