@@ -14,6 +14,9 @@ local M = {}
 
 local function pe() return require("perf_event") end
 local Usage = require("perf_event.cli.common").Usage
+-- the core loads with this module, as before the split: without it
+-- bin/luaperf says "cannot load the perf_event module" before any command
+require("perf_event.core")
 
 -- one module per subcommand, loaded when it runs
 local SUB = { stat = "perf_event.cli.stat", list = "perf_event.cli.list", record = "perf_event.cli.record" }
