@@ -31,7 +31,13 @@ local have_perf = sh("command -v perf") ~= ""
 
 local tmp
 before_each(function() tmp = sh("mktemp -d /tmp/pe_cli_record.XXXXXX"):gsub("%s+$", "") end)
-after_each(function() if tmp and tmp:match("^/tmp/pe_cli_record%.") then sh("rm -rf '" .. tmp .. "'") end end)
+after_each(function()
+  if tmp and tmp:match("^/tmp/pe_cli_record%.") then
+    -- the tmpfs of the full-filesystem case, also when it failed
+    if readable(tmp .. "/mnt") then sh("umount '" .. tmp .. "/mnt' 2>/dev/null") end
+    sh("rm -rf '" .. tmp .. "'")
+  end
+end)
 
 -- the samples and the lost count of luaperf's closing line
 local function closing(out)
@@ -55,36 +61,45 @@ describe("luaperf record, bursts of tracepoint hits at -c 1", function()
          function()
         if not have_tracefs then pending("tracefs is not readable by this user (tracepoints need root here)") return end
         local file = tmp .. "/x." .. form
-        local out, rc = run(("record -e syscalls:sys_enter_getppid -c 1 -o %s -- build/test/petarget getppid %d")
-                            :format(file, n))
-        assert.equal(0, rc, out)
-        local written, lost = closing(out)
-        assert.is_number(written, out)
-        local in_file, file_lost
-        if form == "folded" then
-          in_file, file_lost = 0, 0
-          for l in io.lines(file) do
-            local c = tonumber(l:match(" (%d+)$"))
-            if l:match("^%[lost%] ") then file_lost = c else in_file = in_file + c end
+        -- perf and luaperf run one after the other on a shared 2-core VM:
+        -- a ring fills in ~7 ms when luaperf is not scheduled.  Each try
+        -- must account for every call exactly; up to 3 tries to write at
+        -- least what perf wrote in the same try
+        for try = 1, 3 do
+          local out, rc = run(("record -e syscalls:sys_enter_getppid -c 1 -o %s -- build/test/petarget getppid %d")
+                              :format(file, n))
+          assert.equal(0, rc, out)
+          local written, lost = closing(out)
+          assert.is_number(written, out)
+          local in_file, file_lost
+          if form == "folded" then
+            in_file, file_lost = 0, 0
+            for l in io.lines(file) do
+              local c = tonumber(l:match(" (%d+)$"))
+              if l:match("^%[lost%] ") then file_lost = c else in_file = in_file + c end
+            end
+          else
+            local stats = sh("perf report -i " .. file .. " --stats 2>/dev/null")
+            in_file = tonumber(stats:match("SAMPLE events:%s+(%d+)"))
+            file_lost = tonumber(sh("perf report -i " .. file .. " --stdio 2>/dev/null")
+                                   :match("Total Lost Samples: (%d+)"))
           end
-        else
-          local stats = sh("perf report -i " .. file .. " --stats 2>/dev/null")
-          in_file = tonumber(stats:match("SAMPLE events:%s+(%d+)"))
-          file_lost = tonumber(sh("perf report -i " .. file .. " --stdio 2>/dev/null")
-                                 :match("Total Lost Samples: (%d+)"))
-        end
-        -- the file says what the closing line says
-        assert.equal(written, in_file, out)
-        assert.equal(lost, file_lost, out)
-        -- every call is a sample written or one counted lost (the count of
-        -- lost records may hold one task record too: EXIT)
-        assert.truthy(written <= n, out)
-        assert.truthy(written + lost >= n and written + lost <= n + 2, out)
-        if have_perf then
-          -- perf 6.1 writes a sample or two twice at times (50,002 for
-          -- 50,000 calls): at least what it writes, n at most
-          local p = perf_burst(n)
-          assert.truthy(written >= math.min(p, n), ("luaperf wrote %d, perf %d: %s"):format(written, p, out))
+          -- the file says what the closing line says
+          assert.equal(written, in_file, out)
+          assert.equal(lost, file_lost, out)
+          -- every call is a sample written or one counted lost (the count of
+          -- lost records may hold one task record too: EXIT)
+          assert.truthy(written <= n, out)
+          assert.truthy(written + lost >= n and written + lost <= n + 2, out)
+          if have_perf then
+            -- perf 6.1 writes a sample or two twice at times (50,002 for
+            -- 50,000 calls): at least what it writes, n at most
+            local p = perf_burst(n)
+            if written >= math.min(p, n) then break end
+            assert.truthy(try < 3, ("luaperf wrote %d, perf %d (try %d): %s"):format(written, p, try, out))
+          else
+            break
+          end
         end
       end)
     end
@@ -101,5 +116,100 @@ describe("luaperf record, bursts of tracepoint hits at -c 1", function()
     out, rc = run("record -m 1x -o " .. tmp .. "/m.folded -- true")
     assert.equal(2, rc, out)
     assert.truthy(out:find("-m: a number of pages or a size", 1, true), out)
+  end)
+end)
+
+describe("luaperf record, write errors", function()
+  it("says so and exits non-zero when -o is /dev/full, as perf does", function()
+    local out, rc = run("record -o /dev/full -- build/test/petarget spin 30000000")
+    assert.equal(1, rc, out)
+    assert.truthy(out:find("luaperf record: failed to write /dev/full: No space left on device", 1, true), out)
+    assert.falsy(out:find("written to", 1, true), out)
+  end)
+
+  it("says so on a full filesystem, perf.data and folded (a small tmpfs)", function()
+    local uid = tonumber((sh("id -u")))
+    if uid ~= 0 then pending("mounting a tmpfs needs root") return end
+    local mnt = tmp .. "/mnt"
+    sh("mkdir " .. mnt)
+    local mounted = sh("mount -t tmpfs -o size=8k pe_cli_record " .. mnt .. " 2>&1 && echo mounted")
+    if not mounted:find("mounted\n") then pending("could not mount a tmpfs: " .. mounted) return end
+    do
+      -- ~300 samples: perf.data's header, ids, mmaps and samples are > 8 KiB
+      local out, rc = run("record -F 999 -o " .. mnt .. "/x.data -- build/test/petarget spin 300000000")
+      assert.equal(1, rc, out)
+      assert.truthy(out:find("failed to write perf data to " .. mnt .. "/x.data: No space left on device", 1, true),
+                    out)
+      assert.falsy(out:find("written to", 1, true), out)
+      if have_perf then   -- perf itself: rc 255
+        local prc = sh("perf record -q -F 999 -o " .. mnt .. "/p.data -- build/test/petarget spin 300000000"
+                       .. " >/dev/null 2>&1; echo $?")
+        assert.equal(255, tonumber(prc))
+      end
+      sh("rm -f " .. mnt .. "/*.data")
+      -- the folded stacks of -g fill what is left after a 6 KiB file
+      sh("head -c 6144 /dev/zero > " .. mnt .. "/fill")
+      out, rc = run("record -F 999 -g -o " .. mnt .. "/x.folded -- build/test/petarget spin 300000000")
+      assert.equal(1, rc, out)
+      assert.truthy(out:find("failed to write " .. mnt .. "/x.folded: No space left on device", 1, true), out)
+    end
+  end)
+end)
+
+describe("luaperf record, SIGINT and SIGTERM to luaperf alone", function()
+  for _, sig in ipairs({ "INT", "TERM" }) do
+    it("stops within a second, signals the workload and writes a complete file (SIG" .. sig .. ")", function()
+      local data = tmp .. "/s.data"
+      -- luaperf in the background (SIGINT ignored there, as a shell starts
+      -- it; perf takes it back, so does luaperf); the workload would spin
+      -- for many seconds; the kill is timed from the shell
+      local script = ([[
+%s bin/luaperf record -F 999 -o %s -- build/test/petarget spin 3000000000 >/dev/null 2>%s/err &
+p=$!
+sleep 1
+t0=$(date +%%s%%N)
+kill -%s $p
+i=0
+while kill -0 $p 2>/dev/null && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done
+t1=$(date +%%s%%N)
+kill -9 $p 2>/dev/null
+wait $p
+echo "rc=$? ms=$(( (t1 - t0) / 1000000 ))"
+]]):format(interp, data, tmp, sig)
+      local f = assert(io.open(tmp .. "/run.sh", "w"))
+      f:write(script)
+      f:close()
+      local res = sh("sh " .. tmp .. "/run.sh")
+      local err = sh("cat " .. tmp .. "/err")
+      local rc, ms = res:match("rc=(%d+) ms=(%d+)")
+      assert.truthy(tonumber(ms) < 1000, res .. err)
+      -- the workload got SIGTERM: 128 + 15, as perf 6.1's status is
+      assert.equal(143, tonumber(rc), res .. err)
+      local n = tonumber(err:match("%[ luaperf record: (%d+) samples written to"))
+      assert.truthy(n and n > 100, err)
+      if have_perf then
+        local stats = sh("perf report -i " .. data .. " --stats 2>&1")
+        assert.equal(n, tonumber(stats:match("SAMPLE events:%s+(%d+)")), stats)
+      end
+    end)
+  end
+end)
+
+describe("luaperf's fds", function()
+  local list = [[sh -c 'for f in /proc/$$/fd/*; do echo "fd $(readlink $f)"; done']]
+  it("none is inherited by CMD (record -o, perf.data, stat -o)", function()
+    for _, args in ipairs({ "record -o " .. tmp .. "/f.folded -- ", "record -o " .. tmp .. "/f.data -- ",
+                            "stat -e task-clock -o " .. tmp .. "/stat.txt -- " }) do
+      local out, rc = run(args .. list)
+      assert.equal(0, rc, out)
+      local fds = 0
+      for l in out:gmatch("fd ([^\n]*)") do
+        fds = fds + 1
+        assert.falsy(l:find(tmp, 1, true), args .. ": " .. out)
+        assert.falsy(l:find("perf_event", 1, true) or l:find("signalfd", 1, true) or l:find("pidfd", 1, true),
+                     args .. ": " .. out)
+      end
+      assert.truthy(fds >= 3, out)
+    end
   end)
 end)

@@ -168,6 +168,7 @@ function M.create(path, events, opts)
   opts = opts or {}
   local f, err = io.open(path, "wb")
   if not f then return nil, err end
+  P.cloexec(f)   -- a command started later never inherits it
   local attrs, asz = {}, 0
   for i, e in ipairs(events) do
     local bytes = pd_attr(e.ev)
@@ -228,7 +229,9 @@ end
 --- Appends one record (its raw bytes; rec decoded, to note mmapped files
 -- and sample times).
 function Writer:add(raw, rec)
-  self.f:write(raw)
+  local ok, err = self.f:write(raw)
+  -- a full disk: the first error is kept, close() reports it
+  if not ok and not self.err then self.err = tostring(err) end
   self.data_size = self.data_size + #raw
   if rec then
     if rec.type == "sample" then
@@ -363,14 +366,17 @@ function Writer:close()
     off = off + #body
     map = map + 2 ^ b
   end
-  f:write(concat(table_), concat(bodies))
+  local wok, werr = f:write(concat(table_), concat(bodies))
+  if not wok and not self.err then self.err = tostring(werr) end
   local header = MAGIC .. u64(HEADER_SIZE, self.attr_size + 16,
                               self.attrs_offset, (self.attr_size + 16) * #self.attrs,
                               self.data_offset, self.data_size, 0, 0, map, 0, 0, 0)
   f:seek("set", 0)
-  f:write(header)
+  wok, werr = f:write(header)
+  if not wok and not self.err then self.err = tostring(werr) end
   local ok, err = f:close()
-  if not ok then return nil, err end
+  if not ok and not self.err then self.err = tostring(err) end
+  if self.err then return nil, self.err end
   return true
 end
 

@@ -79,6 +79,7 @@ local function open_output(path)
   if path == "-" then return io.stdout end
   local f, err = io.open(path, "w")
   if not f then error({ msg = err }, 0) end
+  core()._private.cloexec(f)   -- a command stat runs never inherits it
   return f
 end
 

@@ -124,6 +124,21 @@ local function time_of(r)
   return tonumber(t) or 0
 end
 
+--- Writes s to out and closes it (stdout: flushes it); a full disk or
+-- /dev/full shows at the write or at the close.
+-- @treturn boolean|nil true, or nil, msg
+function M.write_out(out, s)
+  local ok, err = out:write(s)
+  if out == io.stdout then
+    if ok then ok, err = out:flush() end
+  else
+    local cok, cerr = out:close()
+    if ok and not cok then ok, err = cok, cerr end
+  end
+  if not ok then return nil, tostring(err) end
+  return true
+end
+
 --- perf record's default ring: perf_event_mlock_kb (516 KiB unless
 -- raised) less the user page, in pages, rounded down to a power of two
 -- (128 pages of 4 KiB); `dwarf`: four times that, for the stack copies.
@@ -264,6 +279,7 @@ function M.record(argv)
     local out, oerr = io.stdout, nil
     if path ~= "-" then out, oerr = io.open(path, "wb") end
     if not out then io.stderr:write("luaperf record: cannot write ", tostring(oerr), "\n") return 1 end
+    if out ~= io.stdout then c._private.cloexec(out) end   -- not in CMD
     return record_lua_child(o, freq, period, out, path, as_profile)
   end
 
@@ -292,6 +308,7 @@ function M.record(argv)
   local out, oerr = io.stdout, nil
   if path ~= "-" and not to_data then out, oerr = io.open(path, as_profile and "wb" or "w") end
   if not out then io.stderr:write("luaperf record: cannot write ", tostring(oerr), "\n") return 1 end
+  if out ~= io.stdout then c._private.cloexec(out) end   -- CMD never gets luaperf's fds
 
   local child, err
   local target = pid or tid or -1
@@ -509,6 +526,14 @@ function M.record(argv)
   for i, ev in ipairs(evs) do live[i] = ev end
   local status, code
   local waited = child or pid or nil
+  -- as perf on SIGINT/SIGTERM or a write error: a command still running
+  -- gets SIGTERM (SIGKILL a second later), and what was recorded is written
+  local function stop_child()
+    if not child or child:wait(0) ~= false then return end
+    child:kill(15)
+    local st = child:wait(1000)
+    if st == false or st == "signal" then child:kill(9) end
+  end
   while true do
     local what, x = c.wait_events(live, 250, waited)
     if what == nil then io.stderr:write("luaperf record: ", tostring(x), "\n") break end
@@ -517,12 +542,9 @@ function M.record(argv)
     -- burst finds the rings empty (symbol tables load on a first sample)
     take_all()
     if what == false or queued > QUEUE_MAX then drain() end
-    if what == "signal" then
-      if not child then break end
-      -- the child got the same SIGINT from the terminal; wait for it
-    elseif what == "exited" then
-      break
-    end
+    if what == "signal" then stop_child() break end
+    if what == "exited" then break end
+    if pdata and pdata.err then stop_child() break end
     if x and what ~= "signal" then
       local gone = {}
       for _, i in ipairs(x) do gone[live[i]] = true end
@@ -549,7 +571,10 @@ function M.record(argv)
 
   if pdata then
     local ok, werr = pdata:close()
-    if not ok then io.stderr:write("luaperf record: ", tostring(werr), "\n") return 1 end
+    if not ok then
+      io.stderr:write(format("luaperf record: failed to write perf data to %s: %s\n", path, tostring(werr)))
+      return 1
+    end
     io.stderr:write(format("[ luaperf record: %d samples written to %s (perf.data); %d lost ]\n",
                            pdata.samples, path, lost))
     if child and (status == "exited" or status == "signaled") then return exit_code(status, code) end
@@ -564,8 +589,11 @@ function M.record(argv)
       local name = #o.cmd > 0 and concat(o.cmd, " ") or "luaperf record"
       bytes = require("perf_event.speedscope").encode(t, { name = name })
     end
-    out:write(bytes)
-    if out ~= io.stdout then out:close() end
+    local ok, werr = M.write_out(out, bytes)
+    if not ok then
+      io.stderr:write(format("luaperf record: failed to write %s: %s\n", path == "-" and "stdout" or path, werr))
+      return 1
+    end
     io.stderr:write(format("[ luaperf record: %d samples, %d stacks written to %s (%s); %d lost ]\n",
                            collector.samples, #t.samples, path == "-" and "stdout" or path, as_profile, lost))
     if child and (status == "exited" or status == "signaled") then return exit_code(status, code) end
@@ -579,8 +607,11 @@ function M.record(argv)
   -- the lost samples are a stack of their own, '[lost] N': a flame graph
   -- shows their share, and the file says how many there were
   if lost > 0 then lines[#lines + 1] = format("[lost] %d", lost) end
-  if #lines > 0 then out:write(concat(lines, "\n"), "\n") end
-  if out ~= io.stdout then out:close() end
+  local ok, werr = M.write_out(out, #lines > 0 and concat(lines, "\n") .. "\n" or "")
+  if not ok then
+    io.stderr:write(format("luaperf record: failed to write %s: %s\n", path == "-" and "stdout" or path, werr))
+    return 1
+  end
   io.stderr:write(format("[ luaperf record: %d samples, %d stacks written to %s; %d lost ]\n", folder.samples,
                          #lines, path == "-" and "stdout" or path, lost))
   if child and (status == "exited" or status == "signaled") then return exit_code(status, code) end
