@@ -213,3 +213,48 @@ describe("luaperf's fds", function()
     end
   end)
 end)
+
+-- the most common stack of `perf script` output, leaf first, names only
+local function top_stack(script)
+  local counts, best, bestn = {}, nil, 0
+  for block in (script .. "\n\n"):gmatch("(.-)\n\n") do
+    local names = {}
+    for sym in block:gmatch("\n%s+%x+ ([^%s]+) %(") do names[#names + 1] = (sym:gsub("%+0x%x+$", "")) end
+    if #names > 0 then
+      local key = table.concat(names, ";")
+      counts[key] = (counts[key] or 0) + 1
+      if counts[key] > bestn then best, bestn = key, counts[key] end
+    end
+  end
+  return best, bestn
+end
+
+describe("luaperf record --call-graph dwarf", function()
+  local cmd = "build/test/petarget spin 300000000"
+
+  it("loses no sample where perf loses none (folded)", function()
+    if not have_perf then pending("needs perf (linux-perf)") return end
+    local out, rc = run("record --call-graph dwarf -F 999 -o " .. tmp .. "/d.folded -- " .. cmd)
+    assert.equal(0, rc, out)
+    local n, lost = closing(out)
+    sh("perf record -q --call-graph dwarf -F 999 -o " .. tmp .. "/p.data -- " .. cmd .. " >/dev/null 2>&1")
+    local stats = sh("perf report -i " .. tmp .. "/p.data --stats 2>&1")
+    local pn = tonumber(stats:match("SAMPLE events:%s+(%d+)"))
+    local plost = tonumber(stats:match("LOST events:%s+(%d+)")) or 0
+    if plost > 0 then pending("perf itself lost " .. plost .. " records in this run") return end
+    assert.equal(0, lost, out)
+    -- the same workload, sampled at the same rate: within 15 % of perf's
+    assert.truthy(n >= pn * 0.85 and n <= pn * 1.15, ("luaperf %d, perf %d: %s"):format(n, pn, out))
+  end)
+
+  it("writes perf.data perf script unwinds to the callers perf's own has (mmap_data)", function()
+    if not have_perf then pending("needs perf (linux-perf)") return end
+    local out, rc = run("record --call-graph dwarf -F 999 -o " .. tmp .. "/l.data -- " .. cmd)
+    assert.equal(0, rc, out)
+    sh("perf record -q --call-graph dwarf -F 999 -o " .. tmp .. "/p.data -- " .. cmd .. " >/dev/null 2>&1")
+    local ours = top_stack(sh("perf script -i " .. tmp .. "/l.data 2>/dev/null"))
+    local theirs = top_stack(sh("perf script -i " .. tmp .. "/p.data 2>/dev/null"))
+    assert.truthy(theirs and theirs:find("^pet_spin_inner;pet_spin;main;"), theirs)
+    assert.equal(theirs, ours)
+  end)
+end)

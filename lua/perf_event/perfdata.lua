@@ -180,6 +180,7 @@ function M.create(path, events, opts)
     end
     attrs[i] = { bytes = bytes, ids = ids, name = e.name or e.ev:name(),
                  sample_type = e.ev:info().sample_type, sample_id_all = e.ev:attr().sample_id_all,
+                 mmap_data = e.ev:attr().mmap_data,
                  tracepoint = tonumber(e.ev:attr().type) == abi.type.tracepoint }
   end
   -- one attr size for all: pad the shorter ones and say so in attr.size
@@ -218,7 +219,7 @@ function M.create(path, events, opts)
   if first then
     local cfg = { sample_type = first.sample_type, sample_id_all = first.sample_id_all }
     for _, pid in ipairs(pids) do
-      for _, raw in ipairs(pd_synth(pid, first.sample_type, first.sample_id_all)) do
+      for _, raw in ipairs(pd_synth(pid, first.sample_type, first.sample_id_all, first.mmap_data)) do
         w:add(raw, core.decode_record(raw, cfg))
       end
     end

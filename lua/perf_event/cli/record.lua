@@ -365,6 +365,9 @@ function M.record(argv)
       attr.exclude_callchain_user = true
       attr.sample_regs_user = c.unwind_regs
       attr.sample_stack_user = cg.size
+      -- perf.data: the non-executable mappings too (perf's mmap_data for
+      -- dwarf), where .eh_frame_hdr lies: perf script unwinds with them
+      if to_data then attr.mmap_data = true end
     end
     if o.lua then   -- user space only, as pe.profile
       attr.exclude_kernel, attr.exclude_callchain_kernel = true, true
