@@ -258,3 +258,62 @@ describe("luaperf record --call-graph dwarf", function()
     assert.equal(theirs, ours)
   end)
 end)
+
+describe("luaperf record, process names, -a with CMD, exit codes", function()
+  it("names a child that forked without exec by its parent's comm, as perf does", function()
+    if not have_perf then pending("needs perf (linux-perf)") return end
+    local cmd = [[sh -c '( i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done ); true']]
+    local out, rc = run("record -o " .. tmp .. "/f.folded -- " .. cmd)
+    assert.equal(0, rc, out)
+    local ours, n = {}, 0
+    for l in io.lines(tmp .. "/f.folded") do
+      local root, c = l:match("^([^;]+);.* (%d+)$")
+      ours[root] = (ours[root] or 0) + tonumber(c)
+      n = n + tonumber(c)
+    end
+    assert.truthy(n > 20, out)
+    sh("perf record -q -o " .. tmp .. "/p.data -- " .. cmd .. " >/dev/null 2>&1")
+    local theirs = {}
+    for c in sh("perf script -i " .. tmp .. "/p.data -F comm 2>/dev/null"):gmatch("%s*(%S+)%s*\n") do
+      theirs[c] = true
+    end
+    for root in pairs(ours) do
+      assert.falsy(root:match("^%d+$"), "named by its pid: " .. root)
+      assert.truthy(theirs[root], root .. " is not a comm perf saw")
+    end
+    assert.truthy(ours.sh and ours.sh > n / 2, out)
+  end)
+
+  it("stops recording -a when CMD exits, and names idle CPUs swapper", function()
+    local uid = tonumber((sh("id -u")))
+    if uid ~= 0 or not have_perf then pending("-a needs root here (paranoid 2); perf reads the file") return end
+    local out, rc = run("record -a -o " .. tmp .. "/a.data -- sh -c 'echo cmdpid=$$; exec sleep 0.5'")
+    assert.equal(0, rc, out)
+    local pid = out:match("cmdpid=(%d+)")
+    local script = sh("perf script -i " .. tmp .. "/a.data --show-task-events 2>/dev/null")
+    local exit_t = tonumber(script:match("%s(%d+%.%d+): PERF_RECORD_EXIT%(" .. pid .. ":" .. pid .. "%)"))
+    assert.is_number(exit_t, script:sub(-2000))
+    local last = 0
+    for t in sh("perf script -i " .. tmp .. "/a.data -F time 2>/dev/null"):gmatch("(%d+%.%d+):") do
+      t = tonumber(t)
+      if t > last then last = t end
+    end
+    -- perf stops at once too; before, luaperf went on for 0.2-0.9 s
+    assert.truthy(last - exit_t < 0.05, ("last sample %.3f s after CMD's exit"):format(last - exit_t))
+    out, rc = run("record -a -o " .. tmp .. "/a.folded -- sleep 0.3")
+    assert.equal(0, rc, out)
+    local names = sh("cut -d';' -f1 " .. tmp .. "/a.folded")
+    assert.falsy(names:find("^0\n") or names:find("\n0\n"), names)
+  end)
+
+  it("exits with CMD's status as perf 6.1's shell status shows it (128 + signal)", function()
+    if not have_perf then pending("needs perf (linux-perf)") return end
+    for _, cmd in ipairs({ "sh -c 'exit 3'", "sh -c 'kill -SEGV $$'", "sh -c 'kill -TERM $$'" }) do
+      local _, rc = run("record -o " .. tmp .. "/e.folded -- " .. cmd)
+      -- (the shell's "Segmentation fault" line for perf's own death kept quiet)
+      local prc = tonumber((sh("{ (perf record -q -o " .. tmp .. "/e.data -- " .. cmd
+                               .. ") >/dev/null 2>&1; echo $?; } 2>/dev/null")))
+      assert.equal(prc, rc, cmd)
+    end
+  end)
+end)

@@ -80,13 +80,17 @@ function M.folder(sym, opts)
   opts = opts or {}
   local counts, order = {}, {}
   local f = { samples = 0 }
-  local comm_of = {}
+  local comm_of = { [0] = "swapper" }   -- the idle task, as perf names it
   local function comm(pid)
     local c = (sym.comms and sym.comms[pid]) or comm_of[pid]
     if not c then
       local h = io.open("/proc/" .. tostring(pid) .. "/comm", "r")
-      c = h and h:read("*l") or tostring(pid)
+      c = h and h:read("*l")
       if h then h:close() end
+      -- gone already: a child that forked without exec has its parent's name
+      local parent = sym.parents and sym.parents[pid]
+      if not c and parent and parent ~= pid then c = comm(parent) end
+      c = c or tostring(pid)
       comm_of[pid] = c
     end
     return c
