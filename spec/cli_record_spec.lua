@@ -317,3 +317,26 @@ describe("luaperf record, process names, -a with CMD, exit codes", function()
     end
   end)
 end)
+
+describe("luaperf record, lost samples in pprof and speedscope", function()
+  it("says how many were lost in the profile itself (a 1-page ring drops some of a burst)", function()
+    if not have_tracefs then pending("tracefs is not readable by this user (tracepoints need root here)") return end
+    local base = "record -m 1 -e syscalls:sys_enter_getppid -c 1 "
+    local out, rc = run(base .. "--speedscope -o " .. tmp .. "/x.json -- build/test/petarget getppid 100000")
+    assert.equal(0, rc, out)
+    local n, lost = closing(out)
+    if lost == 0 then pending("nothing was lost this time: nothing to show") return end
+    local json = sh("cat " .. tmp .. "/x.json")
+    assert.truthy(json:find('"name":"[lost]"', 1, true), json)
+    local sum = 0
+    for w in (json:match('"weights":%[([%d,]*)%]') or ""):gmatch("%d+") do sum = sum + tonumber(w) end
+    assert.equal(n + lost, sum, json)
+    out, rc = run(base .. "--pprof -o " .. tmp .. "/x.pb.gz -- build/test/petarget getppid 100000")
+    assert.equal(0, rc, out)
+    lost = select(2, closing(out))
+    if lost == 0 then pending("nothing was lost this time: nothing to show") return end
+    local raw = sh("gzip -dc " .. tmp .. "/x.pb.gz")
+    assert.truthy(raw:find("[lost]", 1, true))
+    assert.truthy(raw:find(lost .. " samples lost", 1, true), out)
+  end)
+end)

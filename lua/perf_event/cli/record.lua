@@ -590,6 +590,13 @@ function M.record(argv)
   if collector then
     local t = collector.table()
     t.duration_nanos = (c.now() - t_start) * 1e9
+    -- the lost samples: a stack of one frame '[lost]' (its count, its
+    -- share at the mean period) and a comment, as '[lost] N' in folded
+    if lost > 0 then
+      t.samples[#t.samples + 1] = { frames = { { name = "[lost]" } },
+                                    values = { lost, math.floor(lost * (tonumber(t.period) or 1)) } }
+      t.comments[#t.comments + 1] = format("%d samples lost", lost)
+    end
     local bytes
     if as_profile == "pprof" then bytes = require("perf_event.pprof").encode(t)
     else
