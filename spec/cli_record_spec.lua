@@ -340,3 +340,50 @@ describe("luaperf record, lost samples in pprof and speedscope", function()
     assert.truthy(raw:find(lost .. " samples lost", 1, true), out)
   end)
 end)
+
+describe("luaperf, smaller points of issue 20 as perf 6.1 has them", function()
+  it("list PATTERN matching nothing exits 0, as perf list does", function()
+    local _, rc = run("list no-such-event-anywhere")
+    assert.equal(0, rc)
+    if have_perf then assert.equal(0, tonumber((sh("perf list no-such-event-anywhere >/dev/null 2>&1; echo $?")))) end
+  end)
+
+  it("stat -o FILE starts with '# started on' and the time, as perf's", function()
+    local out, rc = run("stat -e task-clock -o " .. tmp .. "/s.txt -- true")
+    assert.equal(0, rc, out)
+    local f = assert(io.open(tmp .. "/s.txt"))
+    local first, second = f:read("*l"), f:read("*l")
+    f:close()
+    assert.truthy(first:match("^# started on %a%a%a %a%a%a [ %d]%d %d%d:%d%d:%d%d %d%d%d%d$"), first)
+    assert.equal("", second)
+    if have_perf then
+      sh("perf stat -e task-clock -o " .. tmp .. "/p.txt -- true 2>/dev/null")
+      local p = assert(io.open(tmp .. "/p.txt"))
+      local pfirst = p:read("*l")
+      p:close()
+      assert.equal(pfirst:gsub("%d", "0"):sub(1, 16), first:gsub("%d", "0"):sub(1, 16))
+    end
+  end)
+
+  it("stat -I 5 prints every 5 ms, as perf accepts it", function()
+    local out, rc = run("stat -I 5 -e task-clock -- sleep 0.1")
+    assert.equal(0, rc, out)
+    local n = 0
+    for _ in out:gmatch("\n%s*%d+%.%d+ [^\n]*task%-clock") do n = n + 1 end
+    assert.truthy(n >= 5, out)
+  end)
+
+  it("keeps an overwritten FILE.data as FILE.data.old, as perf does", function()
+    local file = tmp .. "/x.data"
+    local out, rc = run("record -o " .. file .. " -- build/test/petarget spin 30000000")
+    assert.equal(0, rc, out)
+    local f = assert(io.open(file, "rb"))
+    local first = f:read("*a")
+    f:close()
+    out, rc = run("record -o " .. file .. " -- build/test/petarget spin 30000000")
+    assert.equal(0, rc, out)
+    f = assert(io.open(file .. ".old", "rb"))
+    assert.equal(first, f:read("*a"))
+    f:close()
+  end)
+end)

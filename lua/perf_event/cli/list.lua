@@ -135,7 +135,7 @@ function M.list(argv)
     io.stderr:write(format("luaperf list: no event matches '%s'%s\n", tostring(pattern),
       io.open("/sys/kernel/tracing/events") and "" or
         " (tracepoints are hidden: tracefs is not readable by this user)"))
-    return 1
+    return 0   -- perf list prints nothing and exits 0
   end
   return 0
 end

@@ -5,6 +5,7 @@
 local io, string, table, math = io, string, table, math
 local ipairs, pairs, tonumber, tostring, type = ipairs, pairs, tonumber, tostring, type
 local format, concat = string.format, table.concat
+local rename = os.rename
 
 local C = require("perf_event.cli.common")
 local pe, core = C.pe, C.core
@@ -405,6 +406,13 @@ function M.record(argv)
   if to_data then
     local argv0 = { "luaperf", "record" }
     for _, a in ipairs(argv) do argv0[#argv0 + 1] = a end
+    -- as perf: an existing, non-empty FILE is kept as FILE.old
+    do
+      local f = io.open(path, "rb")
+      local size = f and f:seek("end")
+      if f then f:close() end
+      if size and size > 0 then rename(path, path .. ".old") end
+    end
     pdata, err = require("perf_event.perfdata").create(path, { { ev = evs[1], evs = evs, name = specs[1].name } },
                                                        { cmdline = argv0, pid = pid or tgid,
                                                          all = wide or nil })

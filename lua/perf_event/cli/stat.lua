@@ -3,6 +3,7 @@
 
 local io, string, table = io, string, table
 local ipairs, pairs, tostring = ipairs, pairs, tostring
+local os_date = os.date
 local format, concat = string.format, table.concat
 
 local C = require("perf_event.cli.common")
@@ -214,7 +215,7 @@ function M.stat(argv)
   if o.help then io.stdout:write(USAGE.stat) return 0 end
   local run = { cmd = o.cmd }
   run.pid = o.pid and number_opt("stat", o.pid, "-p PID")
-  run.interval = o["interval-print"] and number_opt("stat", o["interval-print"], "-I MS", 10)
+  run.interval = o["interval-print"] and number_opt("stat", o["interval-print"], "-I MS", 1)
   run.sep, run.json = o["field-separator"], o["json-output"]
   local reps = o["repeat"] and number_opt("stat", o["repeat"], "-r N") or 1
   if o.tid then run.tids, run.tids_str = int_list("stat", o.tid, "-t TID"), o.tid end
@@ -245,6 +246,8 @@ function M.stat(argv)
   local ok, eerr = require("perf_event.stat").expand(events)
   if not ok then io.stderr:write("luaperf stat: ", tostring(eerr), "\n") return 1 end
   local out = open_output(o.output)
+  -- perf stat -o FILE starts the file with the time, as ctime(3) prints it
+  if out ~= io.stderr and out ~= io.stdout then out:write(os_date("# started on %a %b %e %H:%M:%S %Y\n\n")) end
   core().catch_signals()
   local runs, rc = {}, 0
   for _ = 1, reps do
