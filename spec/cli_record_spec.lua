@@ -365,6 +365,23 @@ describe("luaperf, smaller points of issue 20 as perf 6.1 has them", function()
     end
   end)
 
+  it("stat shows 'CPUs utilized' for cpu-clock as for task-clock, -A per CPU too, as perf", function()
+    local out, rc = run("stat -x, -e cpu-clock -- sleep 0.05")
+    assert.equal(0, rc, out)
+    local fields = out:match("([^\n]*,cpu%-clock,[^\n]*)")
+    assert.truthy(fields and fields:match(",CPUs utilized$"), out)
+    if have_perf then
+      local p = sh("perf stat -x, -e cpu-clock -- sleep 0.05 2>&1")
+      assert.truthy(p:match(",cpu%-clock,[^\n]*,CPUs utilized\n"), p)
+    end
+    if tonumber((sh("id -u"))) == 0 then   -- -a: root here (paranoid 2)
+      out = run("stat -a -A -e cpu-clock -- sleep 0.05")
+      local n = 0
+      for _ in out:gmatch("\nCPU%d+ +[%d.,]+ msec cpu%-clock +# +[%d.]+ CPUs utilized") do n = n + 1 end
+      assert.truthy(n >= 1, out)
+    end
+  end)
+
   it("stat -I 5 prints every 5 ms, as perf accepts it", function()
     local out, rc = run("stat -I 5 -e task-clock -- sleep 0.1")
     assert.equal(0, rc, out)
