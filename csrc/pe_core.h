@@ -280,6 +280,11 @@ int pe_event_read(pe_event *ev, uint64_t out[3], long *nread);
 int pe_open_events(lua_State *L);
 /* spawn.c: adds spawn/catch_signals/wait_pid to the module table on top */
 void pe_open_spawn(lua_State *L);
+/* spawn.c, for ring.c's core.wait_events: catch_signals()'s signalfd (-1
+ * before it); the pid of the child userdata at idx (0 once reaped, -1 when
+ * idx holds none; raises for a child not started) */
+int pe_signal_fd(void);
+int pe_child_pid(lua_State *L, int idx);
 void pe_open_luaprof(lua_State *L);         /* luaprof.c */
 void pe_open_luasafe(lua_State *L);         /* luasafe.c */
 void pe_open_luahook(lua_State *L);         /* luahook.c */

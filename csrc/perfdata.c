@@ -14,11 +14,13 @@
  *                             holding every nonzero byte, attr.size set to
  *                             it, so a perf built against an older header
  *                             reads it (perf 6.1 refuses a larger size)
- *   pd_synth(pid, sample_type, sample_id_all)
+ *   pd_synth(pid, sample_type, sample_id_all [, data])
  *                          -> the records perf record synthesizes for a
  *                             running process: a COMM per thread of
  *                             /proc/PID/task and an MMAP2 per executable
- *                             mapping of /proc/PID/maps (a list of strings;
+ *                             mapping of /proc/PID/maps (data: every file
+ *                             mapping, the others with misc MMAP_DATA, as
+ *                             perf does for an attr with mmap_data) (a list of strings;
  *                             sample_id trailers zero but for pid/tid)
  *   pd_build_id(path)      -> the GNU build-id note of an ELF file (or of
  *                             a notes file such as /sys/kernel/notes) as
@@ -144,6 +146,7 @@ static int l_pd_synth(lua_State *L)
   int pid = pe_check_int(L, 1, "pd_synth pid", 1, 0x7fffffff);
   uint64_t st = pe_check_u64(L, 2);
   int sid_all = lua_toboolean(L, 3);
+  int data = lua_toboolean(L, 4);
   char path[64], line[4352];
   DIR *d;
   FILE *f;
@@ -188,7 +191,11 @@ static int l_pd_synth(lua_State *L)
     if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu %n", &start, &end, perms, &pgoff, &maj, &min,
                &ino, &name_at) < 7 || name_at == 0)
       continue;
-    if (perms[2] != 'x' || (line[name_at] != '/' && line[name_at] != '[')) continue;
+    if (perms[2] == 'x') {
+      if (line[name_at] != '/' && line[name_at] != '[') continue;
+    } else if (!data || line[name_at] != '/') {
+      continue;
+    }
     memset(&m, 0, sizeof m);
     m.pid = m.tid = (uint32_t)pid;
     m.addr = start;
@@ -197,10 +204,11 @@ static int l_pd_synth(lua_State *L)
     m.maj = maj;
     m.min = min;
     m.ino = ino;
-    m.prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) | PROT_EXEC;
+    m.prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
+             (perms[2] == 'x' ? PROT_EXEC : 0);
     m.flags = perms[3] == 's' ? MAP_SHARED : MAP_PRIVATE;
-    push_rec(L, PE_RECORD_MMAP2, PE_RECORD_MISC_USER, &m, sizeof m, line + name_at, st, sid_all,
-             m.pid, m.tid);
+    push_rec(L, PE_RECORD_MMAP2, PE_RECORD_MISC_USER | (perms[2] == 'x' ? 0 : PE_RECORD_MISC_MMAP_DATA),
+             &m, sizeof m, line + name_at, st, sid_all, m.pid, m.tid);
     lua_rawseti(L, -2, ++n);
   }
   fclose(f);

@@ -20,7 +20,11 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +33,10 @@
 #include <time.h>
 #include <unistd.h>
 #include "pe_records.h"
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
 
 #define MAX_RECORD 65536   /* header.size is a u16 */
 
@@ -298,6 +306,190 @@ static int l_decode_current(lua_State *L)
   return push_record(L, ev, st, st->cur, st->cur_len);
 }
 
+/*
+ * _private.ring_take(ev) -> the bytes of every whole record in ev's ring now,
+ * as the kernel wrote them, in one string (nil when the ring is empty); the
+ * tail is published at once, so the kernel may reuse the space before a
+ * record is decoded (luaperf record keeps up with a burst by copying, and
+ * decodes later with chunk_record).  LOST and LOST_SAMPLES records are
+ * counted (ev:lost()).  On a corrupt ring: the records before the fault,
+ * then the tail resynchronised to head, and a second value saying why.
+ */
+static int l_ring_take(lua_State *L)
+{
+  pe_event *ev;
+  ring_state *st = check_ring(L, 1, &ev, "ring_take");
+  uint64_t head, avail, pos = 0;
+  size_t off, first;
+  luaL_Buffer b;
+  const char *why = NULL;
+  if (ev->fd < 0 || ev->gen != pe_fork_gen) return luaL_error(L, "ring_take: the event is closed");
+  if (st->backward) return luaL_error(L, "ring_take: a write_backward ring is read with records()");
+  if (st->pass) return luaL_error(L, "ring_take: a records() pass of this ring is open");
+  {
+    uint64_t t = __atomic_load_n(&ev->page->data_tail, __ATOMIC_RELAXED);
+    if (t != st->published) ev->tail = st->published = t;
+  }
+  head = __atomic_load_n(&ev->page->data_head, __ATOMIC_ACQUIRE);
+  avail = head - ev->tail;
+  if (avail == 0) return 0;
+  if (avail > st->size) {
+    snprintf(st->msg, sizeof st->msg, "ring out of sync: %llu bytes between tail and head in a "
+             "%llu-byte ring", (unsigned long long)avail, (unsigned long long)st->size);
+    ev->tail = head;
+    publish_tail(ev);
+    lua_pushnil(L);
+    lua_pushstring(L, st->msg);
+    return 2;
+  }
+  while (pos < avail) {
+    struct pe_event_header h;
+    ring_copy((unsigned char *)&h, st->base, st->size, ev->tail + pos, sizeof h);
+    if (avail - pos < 8 || h.size < 8 || (h.size & 7) || h.size > avail - pos) {
+      snprintf(st->msg, sizeof st->msg, "corrupt record at ring offset %llu: size %u (type %u; "
+               "%llu bytes readable)", (unsigned long long)(ev->tail + pos), (unsigned)h.size,
+               (unsigned)h.type, (unsigned long long)(avail - pos));
+      why = st->msg;
+      break;
+    }
+    if (h.type == PE_RECORD_LOST || h.type == PE_RECORD_LOST_SAMPLES) {
+      ring_copy(st->buf, st->base, st->size, ev->tail + pos, h.size);
+      count_lost(ev, st->buf, h.size);
+    }
+    pos += h.size;
+  }
+  luaL_buffinit(L, &b);
+  off = (size_t)(ev->tail & (st->size - 1));
+  first = (size_t)st->size - off;
+  if (first >= pos) {
+    luaL_addlstring(&b, (const char *)st->base + off, (size_t)pos);
+  } else {
+    luaL_addlstring(&b, (const char *)st->base + off, first);
+    luaL_addlstring(&b, (const char *)st->base, (size_t)pos - first);
+  }
+  /* the copy is made: the kernel may write there again */
+  ev->tail = why ? head : ev->tail + pos;
+  publish_tail(ev);
+  luaL_pushresult(&b);
+  if (pos == 0) { lua_pop(L, 1); lua_pushnil(L); }
+  if (why) { lua_pushstring(L, why); return 2; }
+  return 1;
+}
+
+/*
+ * _private.chunk_record(ev, chunk, pos) -> record, next_pos: the record at
+ * byte pos (1-based) of a string ring_take(ev) returned, decoded as
+ * ev:records() decodes it; nil at the end of the chunk; raises on a record
+ * that does not fit.
+ */
+static int l_chunk_record(lua_State *L)
+{
+  pe_event *ev;
+  ring_state *st = check_ring(L, 1, &ev, "chunk_record");
+  size_t len;
+  const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 2, &len);
+  lua_Integer pos = luaL_checkinteger(L, 3);
+  struct pe_event_header h;
+  size_t at;
+  if (pos < 1) return luaL_argerror(L, 3, "expected a position >= 1");
+  if ((size_t)(pos - 1) >= len) return 0;
+  at = (size_t)(pos - 1);
+  if (len - at < sizeof h) return luaL_error(L, "chunk_record: %d bytes left at %d", (int)(len - at), (int)pos);
+  memcpy(&h, s + at, sizeof h);
+  if (h.size < 8 || h.size > len - at)
+    return luaL_error(L, "chunk_record: a record of %d bytes at %d of %d", (int)h.size, (int)pos, (int)len);
+  push_record(L, ev, st, s + at, h.size);
+  lua_pushinteger(L, pos + (lua_Integer)h.size);
+  return 2;
+}
+
+/*
+ * core.wait_events(evs, timeout_ms [, child | pid])
+ *                          -> "ready" | "exited" | false, hung
+ *                           | "signal", signo | nil, msg, errno
+ *     waits, as perf record's main loop does, until a ring of evs (an
+ *     array of events) crossed its wakeup watermark ("ready"), the child
+ *     or the process pid ended ("exited": not reaped; child:wait(0) reaps
+ *     it), a caught SIGINT/SIGTERM arrived, or the timeout passed (false).
+ *     hung: an array of the indices in evs whose fd reported POLLHUP or
+ *     POLLERR (their task is gone: poll them no more), or nil.
+ */
+#define WAIT_EVENTS_MAX 65536
+
+static int l_wait_events(lua_State *L)
+{
+  int timeout = -1;
+  int n, i, nfd = 0, ev_fds, pfd = -1, r, nhung = 0, sig_fd = pe_signal_fd();
+  int sig_at = -1, pid_at = -1;
+  int *which;
+  struct pollfd *p;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  if (!lua_isnoneornil(L, 2)) {   /* nil or negative: no timeout */
+    lua_Number t = luaL_checknumber(L, 2);
+    if (t != t) return luaL_argerror(L, 2, "timeout is NaN");
+    timeout = t < 0 ? -1 : t > (lua_Number)INT_MAX ? INT_MAX : (int)t;
+  }
+  n = (int)pe_rawlen(L, 1);
+  if (n > WAIT_EVENTS_MAX) return luaL_argerror(L, 1, "too many events");
+  if (!lua_isnoneornil(L, 3)) {
+    int cpid = pe_child_pid(L, 3);
+    pid_t pid = cpid >= 0 ? (pid_t)cpid : (pid_t)pe_check_int(L, 3, "wait_events: pid", 1, INT_MAX);
+    if (pid == 0) { lua_pushliteral(L, "exited"); return 1; }   /* reaped */
+    pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pfd < 0 && errno == ESRCH) { lua_pushliteral(L, "exited"); return 1; }
+  }
+  p = (struct pollfd *)lua_newuserdata(L, sizeof *p * (size_t)(n + 2));
+  which = (int *)lua_newuserdata(L, sizeof *which * (size_t)(n + 2));
+  for (i = 1; i <= n; i++) {
+    pe_event *ev;
+    lua_rawgeti(L, 1, i);
+    ev = pe_to_event(L, -1);
+    lua_pop(L, 1);
+    if (ev->fd < 0) continue;
+    p[nfd].fd = ev->fd; p[nfd].events = POLLIN; p[nfd].revents = 0;
+    which[nfd++] = i;
+  }
+  ev_fds = nfd;
+  if (pfd >= 0) { p[nfd].fd = pfd; p[nfd].events = POLLIN; p[nfd].revents = 0; pid_at = nfd++; }
+  if (sig_fd >= 0) { p[nfd].fd = sig_fd; p[nfd].events = POLLIN; p[nfd].revents = 0; sig_at = nfd++; }
+  do r = poll(p, (nfds_t)nfd, timeout); while (r < 0 && errno == EINTR);
+  if (r < 0) {
+    int e = errno;
+    if (pfd >= 0) close(pfd);
+    return pe_push_syserror(L, "poll", "events", e, NULL);
+  }
+  if (pfd >= 0) close(pfd);
+  if (sig_at >= 0 && (p[sig_at].revents & POLLIN)) {
+    struct signalfd_siginfo si;
+    if (read(sig_fd, &si, sizeof si) == (ssize_t)sizeof si) {
+      lua_pushliteral(L, "signal");
+      lua_pushinteger(L, (lua_Integer)si.ssi_signo);
+      return 2;
+    }
+  }
+  if (pid_at >= 0 && p[pid_at].revents) lua_pushliteral(L, "exited");
+  else {
+    int ready = 0;
+    for (i = 0; i < ev_fds; i++) if (p[i].revents & POLLIN) ready = 1;
+    if (ready) lua_pushliteral(L, "ready"); else lua_pushboolean(L, 0);
+  }
+  for (i = 0; i < ev_fds; i++) {
+    if (!(p[i].revents & (POLLHUP | POLLERR | POLLNVAL))) continue;
+    if (nhung == 0) lua_newtable(L);
+    lua_pushinteger(L, which[i]);
+    lua_rawseti(L, -2, ++nhung);
+  }
+  if (nhung == 0) lua_pushnil(L);
+  return 2;
+}
+
+/* _private.page_size() -> the page size ring sizes are counted in */
+static int l_page_size(lua_State *L)
+{
+  lua_pushinteger(L, (lua_Integer)pe_page_size());
+  return 1;
+}
+
 /* _private.ring_error(ev) -> why pe_ring_next returned -1 */
 static int l_ring_error(lua_State *L)
 {
@@ -514,7 +706,8 @@ static const luaL_Reg ring_methods[] = {
 static const luaL_Reg ring_private[] = {
   {"ring_ptr", l_ring_ptr}, {"decode_current", l_decode_current},
   {"ring_error", l_ring_error}, {"ring_version", l_ring_version},
-  {"ring_layouts", l_ring_layouts}, {NULL, NULL}
+  {"ring_layouts", l_ring_layouts}, {"ring_take", l_ring_take},
+  {"chunk_record", l_chunk_record}, {"page_size", l_page_size}, {NULL, NULL}
 };
 
 void pe_ring_methods(lua_State *L)
@@ -525,7 +718,7 @@ void pe_ring_methods(lua_State *L)
 void pe_ring_funcs(lua_State *L)
 {
   static const luaL_Reg funcs[] = {
-    {"decode_record", pe_l_decode_record}, {NULL, NULL}
+    {"decode_record", pe_l_decode_record}, {"wait_events", l_wait_events}, {NULL, NULL}
   };
   union { int (*f)(pe_event *, const unsigned char **); void *p; } u;
   pe_setfuncs(L, funcs);

@@ -16,6 +16,7 @@
  *   core.wait_pid(pid [, timeout_ms]) -> "exited" | false | "signal", signo
  *                             | nil, msg, errno
  *   core.now()               -> CLOCK_MONOTONIC in seconds (a number)
+ *   core._private.cloexec(file) -> true (FD_CLOEXEC on a Lua file's fd)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -34,6 +35,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <lualib.h>
 #include "pe_core.h"
 
 #define PE_CHILD_MT "perf_event.child"
@@ -355,6 +357,11 @@ static int l_catch_signals(lua_State *L)
       return pe_push_syserror(L, "sigprocmask", "SIGINT", errno, NULL);
     sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sig_fd < 0) return pe_push_syserror(L, "signalfd", "SIGINT", errno, NULL);
+    /* an ignored signal is dropped, blocked or not: a shell starts a
+     * background job with SIGINT ignored; perf installs its handlers over
+     * that, and so the signalfd sees them here (blocked: never delivered) */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
   }
   lua_pushboolean(L, 1);
   return 1;
@@ -388,6 +395,45 @@ static int l_wait_pid(lua_State *L)
   return 2;
 }
 
+/* _private.cloexec(file) -> true: the fd under a Lua file handle gets
+ * FD_CLOEXEC, so a command luaperf starts does not inherit it (io.open
+ * cannot ask for O_CLOEXEC on every Lua).  A file handle's userdata starts
+ * with its FILE * in Lua 5.1, 5.4 (luaL_Stream) and LuaJIT (IOFileUD). */
+static int l_cloexec(lua_State *L)
+{
+  FILE *f;
+  int fd, fl;
+#if LUA_VERSION_NUM >= 502
+  luaL_Stream *p = (luaL_Stream *)luaL_checkudata(L, 1, LUA_FILEHANDLE);
+  f = p->closef ? p->f : NULL;        /* a closed stream keeps a stale f */
+#else
+  f = *(FILE **)luaL_checkudata(L, 1, LUA_FILEHANDLE);   /* NULL once closed */
+#endif
+  if (!f) return luaL_argerror(L, 1, "the file is closed");
+  fd = fileno(f);
+  fl = fcntl(fd, F_GETFD);
+  if (fl < 0 || fcntl(fd, F_SETFD, fl | FD_CLOEXEC) < 0)
+    return pe_push_syserror(L, "fcntl", "F_SETFD", errno, NULL);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* for ring.c's core.wait_events: the signalfd of catch_signals() (-1 before) */
+int pe_signal_fd(void)
+{
+  return sig_fd;
+}
+
+/* for ring.c's core.wait_events: the pid of the child at idx, 0 once it
+ * was reaped, -1 when idx holds no child; raises for one not started */
+int pe_child_pid(lua_State *L, int idx)
+{
+  pe_child *c = (pe_child *)pe_testudata(L, idx, PE_CHILD_MT);
+  if (!c) return -1;
+  if (c->gate >= 0) luaL_error(L, "wait_events: call child:start() first");
+  return c->pid > 0 ? (int)c->pid : 0;
+}
+
 static int l_now(lua_State *L)
 {
   struct timespec ts;
@@ -417,4 +463,8 @@ void pe_open_spawn(lua_State *L)
   lua_pushcfunction(L, l_child_tostring); lua_setfield(L, -2, "__tostring");
   lua_pop(L, 1);
   pe_setfuncs(L, spawn_funcs);
+  pe_push_private(L, lua_gettop(L));
+  lua_pushcfunction(L, l_cloexec);
+  lua_setfield(L, -2, "cloexec");
+  lua_pop(L, 1);
 }

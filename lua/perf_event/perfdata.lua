@@ -168,6 +168,7 @@ function M.create(path, events, opts)
   opts = opts or {}
   local f, err = io.open(path, "wb")
   if not f then return nil, err end
+  P.cloexec(f)   -- a command started later never inherits it
   local attrs, asz = {}, 0
   for i, e in ipairs(events) do
     local bytes = pd_attr(e.ev)
@@ -179,6 +180,7 @@ function M.create(path, events, opts)
     end
     attrs[i] = { bytes = bytes, ids = ids, name = e.name or e.ev:name(),
                  sample_type = e.ev:info().sample_type, sample_id_all = e.ev:attr().sample_id_all,
+                 mmap_data = e.ev:attr().mmap_data,
                  tracepoint = tonumber(e.ev:attr().type) == abi.type.tracepoint }
   end
   -- one attr size for all: pad the shorter ones and say so in attr.size
@@ -217,7 +219,7 @@ function M.create(path, events, opts)
   if first then
     local cfg = { sample_type = first.sample_type, sample_id_all = first.sample_id_all }
     for _, pid in ipairs(pids) do
-      for _, raw in ipairs(pd_synth(pid, first.sample_type, first.sample_id_all)) do
+      for _, raw in ipairs(pd_synth(pid, first.sample_type, first.sample_id_all, first.mmap_data)) do
         w:add(raw, core.decode_record(raw, cfg))
       end
     end
@@ -228,7 +230,9 @@ end
 --- Appends one record (its raw bytes; rec decoded, to note mmapped files
 -- and sample times).
 function Writer:add(raw, rec)
-  self.f:write(raw)
+  local ok, err = self.f:write(raw)
+  -- a full disk: the first error is kept, close() reports it
+  if not ok and not self.err then self.err = tostring(err) end
   self.data_size = self.data_size + #raw
   if rec then
     if rec.type == "sample" then
@@ -296,6 +300,17 @@ local function build_id_entry(name, id, cpumode)
          name .. rep("\0", len - #name)
 end
 
+--- Appends a LOST_SAMPLES record: n samples the kernel dropped (read_format
+-- LOST), as perf record writes one at its end; `perf report` prints them
+-- as "Total Lost Samples".
+function Writer:lost_samples(n)
+  local first = self.attrs[1]
+  local st = first and first.sample_type
+  local trailer = first and first.sample_id_all and sample_id_trailer(st, 0, 0) or ""
+  local raw = u32(RT.lost_samples) .. u16(0, 16 + #trailer) .. u64(n) .. trailer
+  self:add(raw)
+end
+
 --- Ends a round: every record of the rings up to now was written (perf
 -- sorts the records before it and flushes them, so its queue stays small).
 function Writer:round()
@@ -352,14 +367,17 @@ function Writer:close()
     off = off + #body
     map = map + 2 ^ b
   end
-  f:write(concat(table_), concat(bodies))
+  local wok, werr = f:write(concat(table_), concat(bodies))
+  if not wok and not self.err then self.err = tostring(werr) end
   local header = MAGIC .. u64(HEADER_SIZE, self.attr_size + 16,
                               self.attrs_offset, (self.attr_size + 16) * #self.attrs,
                               self.data_offset, self.data_size, 0, 0, map, 0, 0, 0)
   f:seek("set", 0)
-  f:write(header)
+  wok, werr = f:write(header)
+  if not wok and not self.err then self.err = tostring(werr) end
   local ok, err = f:close()
-  if not ok then return nil, err end
+  if not ok and not self.err then self.err = tostring(err) end
+  if self.err then return nil, self.err end
   return true
 end
 

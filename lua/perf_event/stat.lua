@@ -366,7 +366,8 @@ function M.derive(r)
       if is_sw(a, SW.task_clock) or is_sw(a, SW.cpu_clock) then e.unit = "msec" end
     elseif (is_sw(a, SW.task_clock) or is_sw(a, SW.cpu_clock)) then
       e.unit, e.display = "msec", e.value / 1e6
-      if is_sw(a, SW.task_clock) and r.elapsed and r.elapsed > 0 then
+      -- perf shows it for cpu-clock too (per CPU with -A)
+      if r.elapsed and r.elapsed > 0 then
         e.metric, e.metric_unit = e.value / (r.elapsed * 1e9), "CPUs utilized"
       end
     elseif is_hw(a, HW.cpu_cycles) and task_ns and task_ns > 0 then

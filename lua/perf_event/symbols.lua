@@ -520,6 +520,15 @@ function Sym:record(rec)
       for i, m in ipairs(self.maps[rec.ppid]) do copy[i] = m end
       self.maps[rec.pid] = copy
     end
+    -- a child that does not exec keeps its parent's name (perf's thread
+    -- takes the parent's comm); an exec's COMM record names it later
+    if rec.pid ~= rec.ppid then
+      self.parents = self.parents or {}
+      self.parents[rec.pid] = rec.ppid
+      if self.comms and self.comms[rec.ppid] and not self.comms[rec.pid] then
+        self.comms[rec.pid] = self.comms[rec.ppid]
+      end
+    end
   elseif t == "comm" then
     local x = abi.misc.comm_exec
     if rec.exec or (rec.misc and rec.misc % (2 * x) >= x) then self.maps[rec.pid] = nil end
