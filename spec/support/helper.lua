@@ -14,6 +14,19 @@ local asandir = build:match("asan$") and "build/test/asan/?.so;" or ""
 package.cpath = build .. "/?.so;" .. asandir .. testdir .. "/?.so;" .. package.cpath
 package.path = "lua/?.lua;lua/?/init.lua;spec/?.lua;" .. package.path
 
+-- tools/runtests as a user (no private /tmp): every os.tmpname is logged to
+-- PE_TMPNAMES, and what still exists at the end of the suite is litter.
+local tmpnames = os.getenv("PE_TMPNAMES")
+if tmpnames and tmpnames ~= "" then
+  local tmpname, open = os.tmpname, io.open
+  os.tmpname = function()                        -- luacheck: ignore 122
+    local name = tmpname()
+    local f = open(tmpnames, "a")
+    if f then f:write(name, "\n") f:close() end
+    return name
+  end
+end
+
 -- `make test` writes no kernel-wide setting: a spec opening a /proc/sys file
 -- for writing fails here.  The opt-in specs (spec/optin/, make test-sysctl)
 -- run with PE_ALLOW_SYSCTL=1.
