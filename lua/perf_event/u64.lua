@@ -6,6 +6,7 @@
 -- a Lua 5.3+ integer (>= 2^63 wraps to negative, same bits), on LuaJIT a
 -- number below 2^53 and a `uint64_t` cdata above, on PUC 5.1 a number below
 -- 2^53 and a `"0x..."` hex string above.
+-- Not a public interface: reached through perf_event (doc/api.md lists what is).
 -- @module perf_event.u64
 
 local floor, tostring, type, pcall, require, rawget, load =
