@@ -222,6 +222,7 @@ describe("side-band records", function()
   it("MMAP2 for a library dlopen'ed while sampling, with its path", function()
     U.need_kernel()
     local path = ("/tmp/rb_dl_%d.so"):format(ME)
+    finally(function() os.remove(path) end)
     do    -- a copy under a name of our own (pid): its MMAP2 is ours alone
       local src = assert(io.open("build/test/libpetarget.so", "rb"))
       local bytes = src:read("*a")
