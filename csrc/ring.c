@@ -570,7 +570,7 @@ static int l_poll(lua_State *L)
       return 1;
     }
     if (unread(ev, st)) { lua_pushboolean(L, 1); return 1; }
-    lua_pushnil(L);           /* the message API.md fixes, with the errno rule's */
+    lua_pushnil(L);           /* the message doc/api.md fixes, with the errno rule's */
     lua_pushliteral(L, "hup");
     lua_pushinteger(L, ESRCH);
     return 3;

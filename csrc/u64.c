@@ -1,5 +1,5 @@
 /*
- * u64.c - exact 64-bit values across Lua versions (API.md "64-bit values").
+ * u64.c - exact 64-bit values across Lua versions (doc/api.md, "64-bit values").
  *
  * Lua 5.3+: integers (a u64 >= 2^63 is the negative integer with the same
  * bits, as string.format("%x") and math.ult expect).  LuaJIT: a number when

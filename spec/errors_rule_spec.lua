@@ -37,6 +37,7 @@ describe("the error rule: nil, msg, errno for what the kernel answers", function
   it("a 0-byte read (a pinned event in error state) is ENODATA, on every route", function()
     local path = tmpfile("")
     local ev = assert(pe.open("task-clock"))
+    finally(function() ev:close() os.remove(path) end)
     petest.replace_fd(ev:fd(), path)
     local v, msg, errno = ev:read()                 -- the FFI route on LuaJIT
     assert.is_nil(v)
@@ -55,6 +56,7 @@ describe("the error rule: nil, msg, errno for what the kernel answers", function
   it("a short read (fewer bytes than the read_format) is EIO, not a raise", function()
     local path = tmpfile(("\1"):rep(8))             -- 8 bytes; the format needs 24
     local ev = assert(pe.open("task-clock"))
+    finally(function() ev:close() os.remove(path) end)
     for _, read in ipairs({ c_method("event", "read"), c_method("event", "read_raw") }) do
       petest.replace_fd(ev:fd(), path)              -- fresh offset for each read
       local v, msg, errno = read(ev)
@@ -69,6 +71,7 @@ describe("the error rule: nil, msg, errno for what the kernel answers", function
   it("a group whose read comes back short is EIO, named by its leader", function()
     local path = tmpfile(("\0"):rep(16))
     local g = assert(pe.group({ "task-clock", "page-faults" }))
+    finally(function() g:close() os.remove(path) end)
     petest.replace_fd(g:fd(), path)
     local t, msg, errno = c_method("group", "read")(g)
     assert.is_nil(t)

@@ -314,39 +314,47 @@ describe("perf_event.fast", function()
 
     it_ffi("compiles ev:read() into a looping trace (no stitching around a C call)", function()
       if not jit.status() then return pending("the JIT is off") end
-      local util = require("jit.util")
-      local ev = assert(pe.open(sw(1, "task-clock")))
-      local links, aborted, why
-      local function on_trace(what, tr, _, _, otr, oex)
-        if what == "stop" then links[util.traceinfo(tr).linktype] = true end
-        if what == "abort" then
-          aborted = aborted + 1
-          why = (why or "") .. " " .. tostring(otr) .. ":" .. tostring(oex)
-        end
-      end
-      -- a GC step or a hot-counter collision in a long busted run can
-      -- abort one recording: take the best of five fresh loops
-      local s = 0
-      for _ = 1, 5 do
-        links, aborted = {}, 0
-        -- run pending finalizers now (events earlier specs dropped): a __gc
-        -- during recording aborts the trace for reasons not ours
-        collectgarbage(); collectgarbage()
-        jit.flush()
-        jit.attach(on_trace, "trace")
-        local loop = assert(load("local ev, s = ... for _ = 1, 500 do s = s + ev:read() end return s"))
-        s = loop(ev, 0)
-        jit.attach(on_trace)
-        if links.loop and not links.stitch and aborted == 0 then break end
-      end
-      ev:close()
-      assert.is_true(s > 0)
-      local kinds = {}
-      for k in pairs(links) do kinds[#kinds + 1] = k end
-      assert.is_true(links.loop, "no looping trace; traces ended as: " .. table.concat(kinds, ",")
-                     .. "; aborts:" .. tostring(why))
-      assert.is_nil(links.stitch)
-      assert.are.equal(0, aborted, why)
+      -- In a fresh LuaJIT (this suite's core, LD_PRELOAD and paths), not in
+      -- the busted process: there, the state 60 spec files leave in one VM
+      -- (finalizers that a GC step runs during recording, which aborts it;
+      -- other jit.attach callbacks; hot counters and penalties of earlier
+      -- loops) made this check fail in full ASan runs and never alone, even
+      -- as the best of five loops.  A fresh VM must get it right the first time.
+      local script = os.tmpname()
+      finally(function() os.remove(script) end)
+      local f = assert(io.open(script, "w"))
+      f:write(("package.path = %q package.cpath = %q\n"):format(package.path, package.cpath), [[
+local pe = require("perf_event")
+local util = require("jit.util")
+local ev = assert(pe.open({ type = 1, config = 1, name = "task-clock", exclude_kernel = true }))
+local links, aborts = {}, {}
+local function on_trace(what, tr, _, _, otr, oex)
+  if what == "stop" then links[util.traceinfo(tr).linktype] = true end
+  if what == "abort" then aborts[#aborts + 1] = tostring(otr) .. ":" .. tostring(oex) end
+end
+jit.attach(on_trace, "trace")
+local function loop(e, s) for _ = 1, 500 do s = s + e:read() end return s end
+local s = loop(ev, 0)
+jit.attach(on_trace)
+ev:close()
+local kinds = {}
+for k in pairs(links) do kinds[#kinds + 1] = k end
+table.sort(kinds)
+print(("links=%s aborts=%d %s sum>0=%s"):format(table.concat(kinds, ","), #aborts,
+  table.concat(aborts, " "), tostring(s > 0)))
+]])
+      f:close()
+      local p = io.popen("luajit " .. script .. " 2>&1")
+      local out = p:read("*a")
+      p:close()
+      local kinds, aborted = out:match("links=(%S*) aborts=(%d+)")
+      assert(kinds, out)
+      local set = {}
+      for k in kinds:gmatch("[^,]+") do set[k] = true end
+      assert.is_true(set.loop, "no looping trace: " .. out)
+      assert.is_nil(set.stitch, out)
+      assert.are.equal("0", aborted, out)
+      assert.truthy(out:find("sum>0=true", 1, true), out)
     end)
   end)
 end)

@@ -81,7 +81,7 @@ describe("S: leader sampling", function()
           else
             assert.is_true(is_zero(ours.sample_period) and is_zero(ours.sample_freq), "member samples")
           end
-          -- perf adds LOST; pe.group reads GROUP|ID|TOTAL_TIME_* (API.md)
+          -- perf adds LOST; pe.group reads GROUP|ID|TOTAL_TIME_* (doc/api.md)
           local rf = bitset(ours.read_format, READ_BITS)
           local prf = nameset(theirs.read_format)
           assert.is_true(prf.GROUP and prf.ID and rf.GROUP and rf.ID, "read_format " .. i)

@@ -21,6 +21,39 @@ describe("test hygiene", function()
     assert.equal(tonumber(before), require("perf_event").sysctl().max_sample_rate)
   end)
 
+  it("no file of the project names a path of the machine it was written on", function()
+    -- an absolute path under /work, /home, /root or /Users (at a line's start,
+    -- after a quote, a space, '=', '(' or '`'): a file outside the checkout
+    -- that another machine does not have (the API contract is doc/api.md)
+    local function outside(text)
+      for _, top in ipairs({ "work", "home", "root", "Users" }) do
+        local pat = "/" .. top .. "/"
+        local at = 1
+        while true do
+          local i = text:find(pat, at, true)
+          if not i then break end
+          local before = i == 1 and "\n" or text:sub(i - 1, i - 1)
+          if before:find("^[\n\"' =(`]") then return text:sub(i, i + 40):match("^[^\n]*") end
+          at = i + 1
+        end
+      end
+    end
+    assert.equal("/" .. "work/shared/API.md\")", outside("x = slurp(\"/" .. "work/shared/API.md\")\n"))
+    assert.is_nil(outside("(\"%s/root/.build-id\"):format(dir); location = /work { }"))
+    local p = io.popen("find lua spec bin csrc doc tools examples bench fuzz rockspec .ci " ..
+                       "README.md Makefile config.ld -type f")
+    local n = 0
+    for path in p:read("*a"):gmatch("[^\n]+") do
+      local f = assert(io.open(path, "rb"))
+      local text = f:read("*a")
+      f:close()
+      n = n + 1
+      assert.is_nil(outside(text), path)
+    end
+    p:close()
+    assert.is_true(n > 100, n .. " files")
+  end)
+
   it("no spec busted runs in make test sits in spec/optin/", function()
     local p = io.popen("ls spec/optin")
     local names = p:read("*a")

@@ -20,6 +20,7 @@ local STOP = "/nonexistent/perf-event-nofork-stop"
 local function traced(code)
   local script = os.tmpname()
   local log = os.tmpname()
+  finally(function() os.remove(script) os.remove(log) end)
   local f = assert(io.open(script, "w"))
   f:write(("package.path=%q package.cpath=%q\n"):format(package.path, package.cpath))
   f:write(("io.open(%q)\n"):format(START))

@@ -253,8 +253,12 @@ describe("perf_event.openresty, installed by the rock, in a user's nginx.conf", 
   it("answers one worker (?pid=), folded stacks and speedscope JSON", function()
     local ws = children(master)
     local tmp = dir .. "/folded.txt"
-    sh(("curl -s '%s/debug/pprof/profile?seconds=1&format=folded&pid=%s' > %s & sleep 0.2; " ..
-        "for i in 1 2 3 4 5 6 7 8; do curl -s '%s/hot' > /dev/null; done; wait"):format(base, ws[1].pid, tmp, base))
+    -- /hot requests for as long as the window is open: which worker accepts
+    -- each is the kernel's choice, and a fixed handful sent after a fixed
+    -- sleep could all go to the other worker or end before the window opened
+    -- (on a loaded machine)
+    sh(("curl -s '%s/debug/pprof/profile?seconds=1&format=folded&pid=%s' > %s & p=$!; " ..
+        "while kill -0 $p 2>/dev/null; do curl -s '%s/hot' > /dev/null; done; wait"):format(base, ws[1].pid, tmp, base))
     local folded = read(tmp)
     local lines = 0
     for stack, n in folded:gmatch("([^\n]+) (%d+)\n") do

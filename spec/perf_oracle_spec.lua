@@ -215,7 +215,6 @@ describe("perf oracle (perf record -vv, sampling terms)", function()
     local blocks = perf_blocks("task-clock/freq=100/")
     assert.are.equal(0, #blocks)
   end)
-  os.remove(tmpdata)
 end)
 
 -- Fixture PMU trees (Intel/AMD/ARM-like, spec/fixtures/sysfs/*): perf itself
@@ -311,3 +310,7 @@ describe("perf oracle on fixture PMU trees", function()
     end)
   end
 end)
+
+-- after every test of the file (a removal in a describe body runs before
+-- them); perf record moves an existing output file to NAME.old
+teardown(function() os.remove(tmpdata) os.remove(tmpdata .. ".old") end)

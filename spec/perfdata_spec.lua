@@ -121,9 +121,9 @@ local function same_samples(ours, rows, unordered)
 end
 
 describe("luaperf record -o FILE.data", function()
-  local tmp
-  before_each(function() tmp = os.tmpname() .. ".data" end)
-  after_each(function() os.remove(tmp) end)
+  local base, tmp
+  before_each(function() base = os.tmpname() tmp = base .. ".data" end)
+  after_each(function() os.remove(tmp) os.remove(base) end)
 
   it("perf script shows exactly the getppid(2) samples we decode, pid/tid/time/ip for ip", function()
     U.need_tracing()

@@ -157,7 +157,9 @@ describe("pmu on fixture trees", function()
   end)
 
   it("reads the PMU list once per process; refresh() reads it again", function()
-    local d = sh("mktemp -d")
+    local d = sh("mktemp -d"):gsub("%s+$", "")
+    assert(d:find("^/"), d)
+    finally(function() sh("rm -rf '" .. d .. "'") end)
     sh("cp -r " .. FIX .. "amd/amd_df " .. FIX .. "amd/ibs_op " .. d .. "/")
     pmu.set_root(d)
     assert.are.same({ "amd_df", "ibs_op" }, pmu.names())
@@ -172,7 +174,6 @@ describe("pmu on fixture trees", function()
     local l = pmu.names()
     l[1] = "x"
     assert.equal("amd_df", pmu.names()[1])
-    sh("rm -rf " .. d)
   end)
 
   it("packs value bit k into the k-th lowest listed bit", function()

@@ -222,6 +222,7 @@ describe("side-band records", function()
   it("MMAP2 for a library dlopen'ed while sampling, with its path", function()
     U.need_kernel()
     local path = ("/tmp/rb_dl_%d.so"):format(ME)
+    finally(function() os.remove(path) end)
     do    -- a copy under a name of our own (pid): its MMAP2 is ours alone
       local src = assert(io.open("build/test/libpetarget.so", "rb"))
       local bytes = src:read("*a")
@@ -293,17 +294,27 @@ describe("side-band records", function()
 
   it("READ records with inherit_stat carry the child's exact count", function()
     U.need_tracing()
-    -- 6.18 does not emit them for every exiting child (about one in three
-    -- here): retry with new children until one shows up, then check it exactly
-    local reads, sum
-    for _ = 1, 40 do
+    -- The kernel writes a child's READ records when the child's inherited
+    -- events exit (sync_child_event).  When every event of our context is
+    -- inherited, the child's context is a clone of ours, and a direct switch
+    -- between us and the child on one CPU may swap the two contexts instead
+    -- of scheduling events out and in (perf_event_context_sched_out): the
+    -- child then exits holding our own events, which are not children, and
+    -- no READ is written (measured: 4 to 14 children of 20).  One event of
+    -- ours that is not inherited keeps the child's context from being a
+    -- clone: then every child gets its READ records (100 of 100).
+    local mine = assert(pe.open({ type = 1, config = 9, name = "dummy", exclude_kernel = true }))
+    finally(function() mine:close() end)
+    assert.is_false(mine:attr().inherit == true)
+    local counts = {}
+    for _ = 1, 5 do
       local evs = per_cpu({ type = "tracepoint", config = U.tp_id("syscalls", "sys_enter_getppid"),
         exclude_kernel = false, disabled = true, inherit = true, inherit_stat = true,
         sample_id_all = true, sample_type = "tid", name = "getppid" }, 0, 1)
       all(evs, function(e) assert(e:enable()) end)
       local child = rb.child("getppid", 7)
       all(evs, function(e) assert(e:disable()) end)
-      reads, sum = 0, 0
+      local reads, sum = 0, 0
       for _, e in ipairs(evs) do
         for rec in e:records() do
           -- one READ per inherited per-CPU event; together they hold the count
@@ -315,16 +326,16 @@ describe("side-band records", function()
         end
         e:close()
       end
-      if reads > 0 then break end
+      counts[#counts + 1] = reads > 0 and sum or "none"
     end
-    if reads == 0 then
-      -- 6.18 emits READ records for few exiting children (likely because the
-      -- exiting context is marked TASK_TOMBSTONE before the inherited events
-      -- are synced; not verified): the decoder is covered in decode_spec
-      pending("the kernel emitted no READ record for 40 children in a row")
+    if table.concat(counts, ",") == "none,none,none,none,none" then
+      -- from 5.13 to the fix c418d8b4d7a4 ("perf/core: Fix missing read
+      -- event generation on task exit", 6.19, backported to stable) the
+      -- kernel wrote no READ record for an exiting child at all
+      pending("this kernel writes no READ record at a child's exit (before c418d8b4d7a4)")
       return
     end
-    assert.equal(7, sum)
+    assert.same({ 7, 7, 7, 7, 7 }, counts)
   end)
 
   it("NAMESPACES records (nr 7) for a child that unshares", function()

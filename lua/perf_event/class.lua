@@ -13,6 +13,7 @@
 -- other module writes a method into a class; fast.lua and records.lua only
 -- return functions.  Names starting with `_` are never methods: the core's
 -- private hooks stay in `core._private`, functions taking the event.
+-- Not a public interface: reached through perf_event (doc/api.md lists what is).
 -- @module perf_event.class
 
 local core = require("perf_event.core")

@@ -2,6 +2,7 @@
 -- hardware, software and hardware-cache names, with their aliases.
 -- Names only: the numbers are the C core's (core.abi); parse.lua resolves
 -- names, pmu.lua lists them.
+-- Not a public interface: reached through perf_event (doc/api.md lists what is).
 -- @module perf_event.events
 
 local abi = require("perf_event.core").abi

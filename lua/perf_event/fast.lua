@@ -16,6 +16,7 @@
 -- fields of the fast view (`struct pe_fast_event`, `struct pe_fast_group`)
 -- that the core declares once (csrc/pe_core.h) and exports as the C text
 -- `ffi.cdef` is given.
+-- Not a public interface: reached through perf_event (doc/api.md lists what is).
 -- @module perf_event.fast
 
 local core = require("perf_event.core")

@@ -2,6 +2,7 @@
 -- Files through `io.open`, directory listings through the core's
 -- `readdir`: no helper ever starts a process (a fork inside an nginx worker
 -- or any measured program is noise at best).
+-- Not a public interface: reached through perf_event (doc/api.md lists what is).
 -- @module perf_event.fs
 
 local readdir = require("perf_event.core").readdir

@@ -1,5 +1,5 @@
 --- perf_event: Linux perf_event_open(2) for Lua.
--- The public face of the binding (API.md).  Counting, groups and the ioctls
+-- The public face of the binding (doc/api.md).  Counting, groups and the ioctls
 -- live in the C core (`perf_event.core`); event strings, PMU discovery and
 -- tracefs live in pure-Lua modules loaded on first use.
 -- @module perf_event

@@ -2,6 +2,7 @@
 -- Pure Lua over sysfs (pmu.lua) and tracefs (tracepoint.lua).  The attr
 -- built for a string equals what `perf stat -vv -e STRING` prints (perf 6.1
 -- rules, modifiers included); spec/perf_oracle_spec.lua checks that.
+-- Not a public interface: reached through perf_event (doc/api.md lists what is).
 -- @module perf_event.parse
 
 local u64 = require("perf_event.u64")

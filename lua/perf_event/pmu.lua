@@ -2,6 +2,7 @@
 -- Reads `<root>/<pmu>/{type,format/*,events/*,caps/*,cpumask,cpus,...}`
 -- where root defaults to /sys/bus/event_source/devices and can be pointed
 -- at a fixture tree with `set_root`.
+-- Not a public interface: reached through perf_event (doc/api.md lists what is).
 -- @module perf_event.pmu
 
 local fs = require("perf_event.fs")

@@ -18,6 +18,7 @@
 -- Refusals come back as `nil, message, kind`; kind "type" means a Lua value
 -- of the wrong type (the open paths raise it), anything else is a spec that
 -- does not resolve (every path returns it as `nil, message`).
+-- Not a public interface: reached through perf_event (doc/api.md lists what is).
 -- @module perf_event.resolve
 
 local type, pairs, ipairs, error, pcall, tostring, require =

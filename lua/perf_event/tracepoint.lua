@@ -1,5 +1,6 @@
 --- Tracepoints from tracefs (CHECKLIST B7, H12, H19): where tracefs is
 -- mounted, a tracepoint's id and its `format` fields, and name globs.
+-- Not a public interface: reached through perf_event (doc/api.md lists what is).
 -- @module perf_event.tracepoint
 
 local fs = require("perf_event.fs")

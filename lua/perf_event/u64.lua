@@ -2,10 +2,11 @@
 -- A value is a table `{h = <high 32 bits>, l = <low 32 bits>}` whose halves
 -- are non-negative integers below 2^32, so only arithmetic is needed (PUC
 -- 5.1 has no bit operators, LuaJIT's `bit` is 32-bit).  `value(u)` converts
--- to the representation API.md fixes for the running interpreter:
+-- to the representation doc/api.md fixes for the running interpreter:
 -- a Lua 5.3+ integer (>= 2^63 wraps to negative, same bits), on LuaJIT a
 -- number below 2^53 and a `uint64_t` cdata above, on PUC 5.1 a number below
 -- 2^53 and a `"0x..."` hex string above.
+-- Not a public interface: reached through perf_event (doc/api.md lists what is).
 -- @module perf_event.u64
 
 local floor, tostring, type, pcall, require, rawget, load =

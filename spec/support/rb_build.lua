@@ -19,8 +19,12 @@ end
 
 local built = mtime(so)
 if not built or built < (mtime(src) or 0) then
-  local cmd = ("mkdir -p %s && cc -O1 -g -fPIC -shared -Wall -Wextra -Werror %s %s -o %s.tmp -ldl && mv %s.tmp %s")
-    :format(dir, inc, src, so, so, so)
+  -- the luajit and asan suites share this file and may run side by side
+  -- (tools/runtests' lanes): each builds into a name of its own (pid) and
+  -- renames it into place, which is atomic
+  local tmp = ("%s.tmp.%d"):format(so, require("support.util").pid())
+  local cmd = ("mkdir -p %s && cc -O1 -g -fPIC -shared -Wall -Wextra -Werror %s %s -o %s -ldl && mv %s %s")
+    :format(dir, inc, src, tmp, tmp, so)
   local r = os.execute(cmd)
   assert(r == true or r == 0, "building " .. so .. " failed")
 end
