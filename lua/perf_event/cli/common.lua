@@ -1,4 +1,5 @@
 --- perf_event.cli.common: what luaperf's subcommands share: the argument
+-- (not a public interface: luaperf's subcommands, run through perf_event.cli's main)
 -- parser, usage errors (caught by perf_event.cli's main), numbers and
 -- lists given as options, exit codes and the report's output file.
 -- @module perf_event.cli.common

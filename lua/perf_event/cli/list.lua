@@ -1,4 +1,5 @@
 --- perf_event.cli.list: `luaperf list`, the event names as perf list prints them.
+-- (not a public interface: luaperf's subcommands, run through perf_event.cli's main)
 -- @module perf_event.cli.list
 
 local io, string, table = io, string, table

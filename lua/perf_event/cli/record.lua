@@ -1,4 +1,5 @@
 --- perf_event.cli.record: `luaperf record`, samples to folded stacks,
+-- (not a public interface: luaperf's subcommands, run through perf_event.cli's main)
 -- perf.data, pprof or speedscope; `record --lua` is in perf_event.cli.record_lua.
 -- @module perf_event.cli.record
 

@@ -1,4 +1,5 @@
 --- perf_event.cli.record_lua: `luaperf record --lua`: a command whose Lua
+-- (not a public interface: luaperf's subcommands, run through perf_event.cli's main)
 -- processes profile themselves (LUA_INIT, perf_event.autoprofile), and the
 -- reader of /tmp/perf-PID.map for `record --lua -p PID`.
 -- @module perf_event.cli.record_lua

@@ -1,4 +1,5 @@
 --- perf_event.cli.stat: `luaperf stat`, counts as perf stat prints them.
+-- (not a public interface: luaperf's subcommands, run through perf_event.cli's main)
 -- @module perf_event.cli.stat
 
 local io, string, table = io, string, table

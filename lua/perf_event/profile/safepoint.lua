@@ -1,5 +1,6 @@
 --- perf_event.profile.safepoint: pe.profile's Lua stacks on LuaJIT, taken
--- at a safe point through LuaJIT's own profiler hook (csrc/luasafe.c).
+-- at a safe point through LuaJIT's own profiler hook (csrc/luasafe.c)
+-- (not a public interface: pe.profile.start uses it).
 --
 -- Each sample of the profile's event signals the thread; when it runs Lua,
 -- the handler arms LuaJIT's profiler hook, and the VM calls the capture at
