@@ -80,6 +80,11 @@ function M.expand(events, level)
     for _, r in ipairs(list) do
       local e = r.entry or {}
       r.unit, r.scale = e.unit, e.scale
+      -- perf names a tracepoint without its modifiers (sys:event:u prints
+      -- as sys:event): the kernel counts a tracepoint hit either way
+      if r.attr and type_of(r.attr) == abi.type.tracepoint and type(r.name) == "string" then
+        r.name = r.name:gsub("^([^:/]+:[^:/]+):%a+$", "%1")
+      end
       out[#out + 1] = r
     end
   end
