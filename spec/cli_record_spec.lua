@@ -382,6 +382,55 @@ describe("luaperf, smaller points of issue 20 as perf 6.1 has them", function()
     end
   end)
 
+  it("lists perf's tool events and counts them: duration_time in a group, user_time, system_time", function()
+    local out, rc = run("list sw")
+    assert.equal(0, rc, out)
+    local tools = {}
+    for name in out:gmatch("\n  (%S+) +%[Tool event%]") do tools[#tools + 1] = name end
+    assert.same({ "duration_time", "user_time", "system_time" }, tools)
+    if have_perf then
+      local theirs = {}
+      for name in sh("perf list sw 2>/dev/null"):gmatch("\n  (%S+) +%[Tool event%]") do theirs[#theirs + 1] = name end
+      assert.same(theirs, tools)
+    end
+    -- the command's own CPU time (rusage) against task-clock of the same run
+    out, rc = run("stat -x, -e '{task-clock,duration_time}',user_time,system_time -- "
+                  .. "build/test/petarget spin 100000000")
+    assert.equal(0, rc, out)
+    local v = {}
+    for line in out:gmatch("[^\n]+") do
+      local val, name = line:match("^([%d.]+),[^,]*,([^,]+),")
+      if name then v[name] = tonumber(val) end
+    end
+    assert.is_number(v["task-clock"], out)
+    local cpu_ms = ((v.user_time or 0) + (v.system_time or 0)) / 1e6
+    assert.truthy(math.abs(cpu_ms - v["task-clock"]) <= 0.2 * v["task-clock"] + 10, out)
+    assert.truthy(v.duration_time / 1e6 >= v["task-clock"] * 0.9, out)
+  end)
+
+  it("stat names a tracepoint without its :u/:k, as perf does", function()
+    if not have_tracefs then pending("tracefs is not readable by this user (tracepoints need root here)") return end
+    local ev = "syscalls:sys_enter_getppid:u,syscalls:sys_enter_getppid:k,task-clock:u"
+    local out, rc = run("stat -x, -e " .. ev .. " -- build/test/petarget getppid 10")
+    assert.equal(0, rc, out)
+    local function csv_names(text)
+      local t = {}
+      for line in text:gmatch("[^\n]+") do
+        local count, name = line:match("^([%d.]+),[^,]*,([^,]+),")
+        if name then t[#t + 1] = name .. "=" .. count end
+      end
+      return t
+    end
+    local names = csv_names(out)
+    assert.same({ "syscalls:sys_enter_getppid=10", "syscalls:sys_enter_getppid=10" }, { names[1], names[2] })
+    assert.equal("task-clock:u", names[3]:match("^[^=]+"))
+    if have_perf then
+      local p = sh("perf stat -x, -e " .. ev .. " -- build/test/petarget getppid 10 2>&1")
+      local pnames = csv_names(p)
+      assert.same({ pnames[1], pnames[2] }, { names[1], names[2] })
+    end
+  end)
+
   it("stat -I 5 prints every 5 ms, as perf accepts it", function()
     local out, rc = run("stat -I 5 -e task-clock -- sleep 0.1")
     assert.equal(0, rc, out)

@@ -51,8 +51,11 @@ local function split_top(s)
   return out
 end
 
--- perf's tool events: counted by the tool, not by the kernel
-local TOOLS = { duration_time = { unit = "ns" } }
+-- perf's tool events: counted by the tool, not by the kernel: the wall
+-- time, and the command's user and system CPU time (its rusage)
+local TOOLS = { duration_time = { unit = "ns", from = "elapsed" }, user_time = { unit = "ns", from = "utime" },
+                system_time = { unit = "ns", from = "stime" } }
+M.TOOLS = { "duration_time", "user_time", "system_time" }   -- perf list's order
 
 --- Expands `events` into an array of resolved specs (perf_event.resolve:
 -- `{name=, attr=, explicit=, guest=, entry=}`) with `unit=` and `scale=`.
@@ -77,6 +80,11 @@ function M.expand(events, level)
     for _, r in ipairs(list) do
       local e = r.entry or {}
       r.unit, r.scale = e.unit, e.scale
+      -- perf names a tracepoint without its modifiers (sys:event:u prints
+      -- as sys:event): the kernel counts a tracepoint hit either way
+      if r.attr and type_of(r.attr) == abi.type.tracepoint and type(r.name) == "string" then
+        r.name = r.name:gsub("^([^:/]+:[^:/]+):%a+$", "%1")
+      end
       out[#out + 1] = r
     end
   end
@@ -89,12 +97,28 @@ function M.expand(events, level)
       pending = {}
       return err
     end
+    local pieces = {}
     for _, piece in ipairs(split_top(spec)) do
+      -- a tool event in a group ('{task-clock,duration_time}') is read by
+      -- the tool: the group opens without it, the tool event follows it
+      local body, mods = piece:match("^{(.*)}(.*)$")
+      local tools = {}
+      if body then
+        local keep = {}
+        for _, m in ipairs(split_top(body)) do
+          if TOOLS[m] then tools[#tools + 1] = m else keep[#keep + 1] = m end
+        end
+        if #tools > 0 then piece = #keep > 0 and "{" .. table.concat(keep, ",") .. "}" .. mods or nil end
+      end
+      if piece then pieces[#pieces + 1] = piece end
+      for _, t in ipairs(tools) do pieces[#pieces + 1] = t end
+    end
+    for _, piece in ipairs(pieces) do
       local tool = TOOLS[piece]
       if tool then
         local err = flush()
         if err then return err end
-        out[#out + 1] = { name = piece, tool = true, unit = tool.unit }
+        out[#out + 1] = { name = piece, tool = true, unit = tool.unit, from = tool.from }
       else
         pending[#pending + 1] = piece
       end
@@ -196,7 +220,7 @@ function M.open(events, opts, level)
   local leaders = {}   -- group id -> counter of its leader
   for i, s in ipairs(specs) do
     local e = s.entry or {}
-    local c = { name = s.name, attr = s.attr, unit = s.unit, scale = s.scale, fds = {}, tool = s.tool,
+    local c = { name = s.name, attr = s.attr, unit = s.unit, scale = s.scale, fds = {}, tool = s.tool, from = s.from,
                 supported = true }
     set.counters[i] = c
     local leader
@@ -267,10 +291,14 @@ end
 local Result = {}
 
 -- one counter's entry, summed over the fds of `only` (a target index) or all
-local function entry_of(c, only, elapsed)
+local function entry_of(c, only, elapsed, extra)
   if c.tool then
-    local ns = (elapsed or 0) * 1e9
-    return { name = c.name, value = math.floor(ns + 0.5), enabled = ns, running = ns, counted = true,
+    -- user_time/system_time: the command's rusage (none when attached:
+    -- <not counted>, as perf's 0)
+    local secs = c.from == "elapsed" and elapsed or (extra and extra[c.from])
+    local ns = (secs or 0) * 1e9
+    local counted = c.from == "elapsed" or ns > 0
+    return { name = c.name, value = math.floor(ns + 0.5), enabled = ns, running = ns, counted = counted,
              supported = true, unit = c.unit, attr = {}, tool = true }
   end
   local value, ena, run, counted = 0, 0, 0, false
@@ -302,7 +330,7 @@ function Set:read(extra, only)
   local r = setmetatable({}, Result)
   local elapsed = extra and extra.elapsed
   for i, c in ipairs(self.counters) do
-    r[i] = entry_of(c, only, elapsed)
+    r[i] = entry_of(c, only, elapsed, extra)
     r[c.name] = r[i].value
   end
   for k, v in pairs(extra or {}) do r[k] = v end

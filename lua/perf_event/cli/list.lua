@@ -97,6 +97,21 @@ function M.list(argv)
     for _, d in ipairs(DESCRIPTORS) do lines[#lines + 1] = format("  %-50s [%s]", d[1], d[2]) end
     descriptors_done = true
   end
+  -- perf's tool events (luaperf stat counts them), after the software
+  -- events and in 'list sw' too, as perf list shows them
+  local tools_done = false
+  local function add_tools()
+    tools_done = true
+    if class and class ~= "sw" then return end
+    for _, n in ipairs(require("perf_event.stat").TOOLS) do
+      local ok = true
+      if pattern and not class then
+        if pattern:find("[*?]") then ok = n:match(glob_to_pattern(pattern)) ~= nil
+        else ok = n:find(pattern, 1, true) ~= nil end
+      end
+      if ok then lines[#lines + 1] = format("  %-50s [%s]", n, "Tool event") end
+    end
+  end
   local order = {}   -- perf list's order of the classes
   for i, c in ipairs({ "hw", "sw", "cache", "pmu", "tracepoint" }) do order[c] = i end
   local names = pe().list()
@@ -107,6 +122,7 @@ function M.list(argv)
   end)
   for _, n in ipairs(names) do
     local c = class_of(n)
+    if not tools_done and order[c] > order.sw then add_tools() end
     local ok = true
     if class then ok = c == class
     elseif pattern then
@@ -128,6 +144,7 @@ function M.list(argv)
       lines[#lines + 1] = format("  %-50s [%s]", shown, KIND[c])
     end
   end
+  if not tools_done then add_tools() end
   if not pattern and not descriptors_done then add_descriptors() end
   if #lines > 0 then
     io.stdout:write("\nList of pre-defined events (to be used in -e):\n\n", concat(lines, "\n"), "\n\n")

@@ -20,7 +20,8 @@ usage: luaperf stat [-e EVENTS] [-p PID | -t TID | -a | -C CPUS] [-A | --per-thr
                     [-I MS] [-x SEP | -j] [-o FILE] [-- CMD ARGS...]
 
   -e, --event EVENTS      comma-separated events, perf syntax (repeatable); '{a,b}'
-                          opens a group; duration_time is the wall time in ns;
+                          opens a group; perf's tool events: duration_time (wall
+                          time, ns), user_time and system_time (CMD's, ns);
                           default: task-clock,context-switches,cpu-migrations,page-faults
   -p, --pid PID           count an existing process (all its threads)
   -t, --tid TIDS          count existing threads (comma-separated)
