@@ -138,7 +138,11 @@ end
 -- signal-time walk); or nil when the event cannot be opened (p.err).
 local function start_safepoint(p, pe, opts)
   local safepoint = require("perf_event.profile.safepoint")
-  local st = safepoint.selftest()
+  -- the self-test runs coroutines, which some hosts forbid at some points
+  -- (nginx's init_worker_by_lua*: "API disabled"): that falls back, and a
+  -- later start (in a timer) tests again
+  local tested, st = pcall(safepoint.selftest)
+  if not tested then return false, "the self-test could not run here: " .. tostring(st) end
   if not st.ok then return false, st.reason end
   local spec = { event = p.event, exclude_kernel = true, exclude_hv = true,
                  use_clockid = true, clockid = "monotonic", sample_type = "ip|tid|time",
