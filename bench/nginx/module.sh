@@ -18,6 +18,14 @@
 #   sampler   B:/hello   the always-on 99 Hz Lua-level sampler's cost
 #   emptylog  A:/loglua  log() replaced by an empty log phase: log()'s own
 #                        cost is A:/hello minus this, in worker CPU per request
+# The sampler's own account, beside the paired figures: B has one more
+# location, /bench/account (bench/nginx/account.lua, not the doc's), which
+# after the warm-up wraps the always-on profile's drain with os.clock() and
+# at the round's end reports the samples, the drains' CPU time and the stack
+# walks' own time (safe-point captures, or signal-time walks when the
+# profile fell back to them: it says why); against B's CPU time from
+# schedstat over the same span that is the sampler's share of the worker's
+# CPU (the kernel's side of a sample, interrupt and signal, is not in it).
 # Each round starts the three servers afresh (so no mode keeps one lucky or
 # unlucky process for the whole run), warms them up, then runs baseline,
 # mode, baseline, mode, ..., baseline for SECONDS each (the modes' order
@@ -60,6 +68,7 @@ chmod 755 "$T"
 mkdir -p "$T/lua" "$T/lib/perf_event"
 cp -r lua/perf_event "$T/lua/"
 cp build/perf_event/core.so "$T/lib/perf_event/"
+cp bench/nginx/account.lua "$T/lua/"
 
 if [ "$(nproc)" -ge 2 ]; then PIN=''; WCPU=1; WRK="taskset -c 0 wrk"; else PIN='#'; WCPU=0; WRK=wrk; fi
 
@@ -81,6 +90,8 @@ for s in $SERVERS; do
   change "$c" "s|/usr/local/lib/lua/5.1/|$T/lib/|g" "/usr/local/lib/lua/5.1/"
   change "$c" "s|listen 8080;|listen 127.0.0.1:$(port_of "$s");|" "listen 8080;"
   [ "$s" = b ] || change "$c" 's|init_worker({ sampler = true })|init_worker()|' "init_worker({ sampler = true })"
+  [ "$s" != b ] || change "$c" 's|^\(        location = /metrics {\)|        location = /bench/account { content_by_lua_block { require("account").handler() } }\n\1|' \
+    "^        location = /metrics {"
   change "$c" 's|^http {|http {\n    access_log off;|' "^http {"
   change "$c" 's|^\(        location = /metrics {\)|        location = /hello { content_by_lua_block { ngx.say("hello") } }\n        location = /loglua {\n            log_by_lua_block { local _ = 1 }\n            content_by_lua_block { ngx.say("hello") }\n        }\n\1|' \
     "^        location = /metrics {"
@@ -128,6 +139,7 @@ run() {   # $1 = mode -> "requests/s cpu-us-per-request kernel-share-%"
 }
 
 MODES=${PE_BENCH_MODES:-"null sampler emptylog"}
+# shellcheck disable=SC2086  # (word splitting wanted)
 NMODES=$(echo $MODES | wc -w)
 : > "$T/results"
 for r in $(seq "$ROUNDS"); do
@@ -140,18 +152,19 @@ for r in $(seq "$ROUNDS"); do
   taskset -c "$WCPU" build/bench/read_c group3 200000 | awk -v r="$r" '{print r, "read_c", $3}' >> "$T/floor"
   taskset -c "$WCPU" luajit bench/read/read.lua group3 200000 ffi | awk -v r="$r" '{print r, "read_lua", $3}' >> "$T/floor"
   load=$(cut -d' ' -f1 /proc/loadavg); echo "$r $load" >> "$T/load"
-  b0=$(cpu "$(cat "$T/b/worker")")
+  bw=$(cat "$T/b/worker")
+  curl -sf "http://127.0.0.1:$(port_of b)/bench/account?arm=1" >/dev/null
+  bc0=$(cut -d' ' -f1 "/proc/$bw/schedstat")
+  bt0=$(date +%s.%N)
   v=$(run baseline); echo "$r baseline $v" >> "$T/results"
+  # shellcheck disable=SC2086
   set -- $MODES; k=$(( (r - 1) % NMODES )); while [ $k -gt 0 ]; do m=$1; shift; set -- "$@" "$m"; k=$((k - 1)); done
   for m in "$@"; do
     v=$(run "$m"); echo "$r $m $v" >> "$T/results"
     v=$(run baseline); echo "$r baseline $v" >> "$T/results"
   done
-  # the sampler's samples in this round, against B's CPU time in it
-  b1=$(cpu "$(cat "$T/b/worker")")
-  curl -s "http://127.0.0.1:$(port_of b)/metrics" |
-    awk -v r="$r" -v b0="$b0" -v b1="$b1" '/^nginx_perf_sampler_samples_total/ { n += $NF }
-      END { split(b0, a, " "); split(b1, b, " "); printf "%s %d %.3f\n", r, n, (b[1] - a[1]) / 1e9 }' >> "$T/samples"
+  a=$(curl -s "http://127.0.0.1:$(port_of b)/bench/account")
+  echo "$r $a $(( $(cut -d' ' -f1 "/proc/$bw/schedstat") - bc0 )) $(echo "$(date +%s.%N) - $bt0" | bc)" >> "$T/account"
   for s in $SERVERS; do
     e=$(grep -c . "$T/$s/logs/error.log" || true)
     [ "$e" -eq 0 ] || { echo "round $r: nginx $s error.log:"; cat "$T/$s/logs/error.log"; }
@@ -163,8 +176,17 @@ done
 
 echo "--- $ROUNDS rounds of ${DUR}s per run, wrk -t1 -c$CONNS, 1 worker per nginx pinned to CPU $WCPU, fresh servers each round"
 awk '{ print $2 }' "$T/load" | sort -n | awk '{ a[NR] = $1 } END { printf "--- load average (1 min) at the rounds'"'"' start: min %s, median %s, max %s (%s CPUs)\n", a[1], a[int((NR + 1) / 2)], a[NR], "'"$(nproc)"'" }'
-awk '{ n[$1] += $2; s[$1] += $3 } END { for (r in n) { tn += n[r]; ts += s[r] }
-  printf "--- sampler (B): %d samples over %.1f s of worker CPU in the rounds = %.1f per CPU second\n", tn, ts, ts ? tn / ts : 0 }' "$T/samples"
+[ -s "$T/account" ] && awk '
+  # round, samples, drains, drain ns, walks, walk ns, walk, why, B CPU ns, seconds (all since the arming)
+  NF == 10 { n += $2; dr += $3; dt += $4; k += $5; wt += $6; cpu += $9; wall += $10; walk = $7; why = $8 }
+  END {
+    sps = cpu ? n / (cpu / 1e9) : 0; dps = wall ? dr / wall : 0; dd = dr ? dt / dr : 0; ww = k ? wt / k : 0
+    printf "--- sampler (B): %d samples over %.1f s of its worker CPU = %.1f per CPU second (user space only: a sample falling in the kernel is not taken)\n", n, cpu / 1e9, sps
+    printf "--- sampler (B), its own account: walk %s%s\n", walk, why != "nil" ? " (" why ")" : ""
+    printf "    %d drains, %.2f a second, %.0f us each (%.1f samples each); stack walks %.1f us each (%d)\n", dr, dps, dd / 1e3, dr ? n / dr : 0, ww / 1e3, k
+    printf "    on a busy worker (1 CPU second a second): %.0f us of drains + %.0f us of walks a second = %.3f %% of its CPU\n",
+           dd * dps / 1e3, ww * sps / 1e3, (dd * dps + ww * sps) / 1e9 * 100
+  }' "$T/account"
 awk '
   function median(list,   a, n, x, y, t) {
     n = split(list, a, " ")
