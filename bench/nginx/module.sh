@@ -38,6 +38,10 @@
 # servers idle: C reading the same 3-event group with one read(2)
 # (build/bench/read_c group3) and the binding's g:read(t) in a LuaJIT loop
 # (bench/read/read.lua group3, FFI route).
+# PE_BENCH_PATH=spin runs baseline, null and sampler on /spin instead of
+# /hello: a request that spends about all of its time in a Lua loop (the
+# sampler's samples are taken in user space only, so on /hello, mostly
+# kernel time, it takes far fewer than 99 a CPU second).
 #   bench/nginx/module.sh [SECONDS_PER_RUN] [ROUNDS] [CONNECTIONS]
 # Needs: nginx, libnginx-mod-http-lua, wrk, curl; 'make' done.
 set -eu
@@ -46,6 +50,7 @@ DUR=${1:-3}
 ROUNDS=${2:-11}
 CONNS=${3:-16}
 PORT=${PE_BENCH_PORT:-28199}
+P=${PE_BENCH_PATH:-hello}   # or spin: the baseline, null and sampler modes on a Lua-bound request
 command -v wrk >/dev/null || { echo "bench/nginx: needs wrk (apt-get install wrk)"; exit 2; }
 command -v nginx >/dev/null || { echo "bench/nginx: needs nginx and libnginx-mod-http-lua"; exit 2; }
 [ -f build/perf_event/core.so ] || { echo "bench/nginx: run 'make' first"; exit 2; }
@@ -93,7 +98,7 @@ for s in $SERVERS; do
   [ "$s" != b ] || change "$c" 's|^\(        location = /metrics {\)|        location = /bench/account { content_by_lua_block { require("account").handler() } }\n\1|' \
     "^        location = /metrics {"
   change "$c" 's|^http {|http {\n    access_log off;|' "^http {"
-  change "$c" 's|^\(        location = /metrics {\)|        location = /hello { content_by_lua_block { ngx.say("hello") } }\n        location = /loglua {\n            log_by_lua_block { local _ = 1 }\n            content_by_lua_block { ngx.say("hello") }\n        }\n\1|' \
+  change "$c" 's|^\(        location = /metrics {\)|        location = /hello { content_by_lua_block { ngx.say("hello") } }\n        location = /spin { content_by_lua_block { local s = 0 for i = 1, 100000 do s = (s * 31 + i) % 1000003 end ngx.say(s) } }\n        location = /loglua {\n            log_by_lua_block { local _ = 1 }\n            content_by_lua_block { ngx.say("hello") }\n        }\n\1|' \
     "^        location = /metrics {"
   { printf '%s\n' "worker_processes 1;" "${PIN}worker_cpu_affinity 10;" "pid logs/nginx.pid;" \
       "error_log logs/error.log error;" \
@@ -119,7 +124,7 @@ cpu() { echo "$(cut -d' ' -f1 "/proc/$1/schedstat") $(awk '{print $14, $15}' "/p
 
 run() {   # $1 = mode -> "requests/s cpu-us-per-request kernel-share-%"
   case $1 in
-    baseline) s=a; u=hello ;; null) s=n; u=hello ;; sampler) s=b; u=hello ;; emptylog) s=a; u=loglua ;;
+    baseline) s=a; u=$P ;; null) s=n; u=$P ;; sampler) s=b; u=$P ;; emptylog) s=a; u=loglua ;;
     *) echo "unknown mode $1" >&2; exit 1 ;;
   esac
   w=$(cat "$T/$s/worker")
@@ -147,6 +152,7 @@ for r in $(seq "$ROUNDS"); do
   for s in $SERVERS; do     # warm-up: JIT, caches; B's sampler self-tests and first drains
     $WRK -t1 -c"$CONNS" -d1s "http://127.0.0.1:$(port_of "$s")/hello" >/dev/null
     $WRK -t1 -c"$CONNS" -d1s "http://127.0.0.1:$(port_of "$s")/loglua" >/dev/null
+    [ "$P" = hello ] || $WRK -t1 -c"$CONNS" -d1s "http://127.0.0.1:$(port_of "$s")/$P" >/dev/null
   done
   # the floor, on the workers' CPU while they idle
   taskset -c "$WCPU" build/bench/read_c group3 200000 | awk -v r="$r" '{print r, "read_c", $3}' >> "$T/floor"
@@ -220,7 +226,7 @@ awk '
       bb = bb " " (rps[i + 1] / rps[i - 1] - 1) * 100
     }
     for (r in rb) rbm = rbm " " median(rb[r])
-    printf "baseline A:/hello: %.0f req/s (runs: min %.0f, max %.0f; round medians: min %.0f, max %.0f), %.2f us CPU/request, kernel %.1f %% of it\n",
+    printf "baseline A:/'"$P"': %.0f req/s (runs: min %.0f, max %.0f; round medians: min %.0f, max %.0f), %.2f us CPU/request, kernel %.1f %% of it\n",
            median(v["baseline"]), q(v["baseline"], 0), q(v["baseline"], 1), q(rbm, 0), q(rbm, 1),
            median(c["baseline"]), median(k["baseline"])
     printf "the two baselines around a mode differ by (second/first - 1): median %+.2f %%, quartiles %+.2f %% .. %+.2f %%\n",
