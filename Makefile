@@ -55,7 +55,7 @@ endif
 
 TARGET := $(OUTDIR)/perf_event/core.so
 
-.PHONY: all asan rock test test-user test-asan test-sysctl lint clean bench doc bench-read bench-records bench-nginx bench-record bench-fleet bench-profile
+.PHONY: all asan rock test test-user test-asan test-sysctl lint clean bench doc bench-read bench-records bench-nginx bench-openresty bench-record bench-fleet bench-profile
 all: $(TARGET)
 
 $(TARGET): $(call objs_of,$(LUA)) Makefile
@@ -153,6 +153,10 @@ bench-records: all
 	bench/records/run.sh 50000 15
 bench-nginx: all fixtures
 	bench/nginx/run.sh 3 11
+# perf_event.openresty configured by doc/openresty.md's snippet: the always-on
+# sampler and log() against a twin server and the group's read(2)
+bench-openresty: all
+	bench/nginx/module.sh 3 15
 bench-record: all fixtures
 	bench/record/run.sh 300000000 5
 bench-fleet: all
@@ -163,7 +167,7 @@ bench-profile: all
 	$(MAKE) LUA=lua5.4
 	$(MAKE) LUA=lua5.1
 	bench/profile/run.sh 15 0.2
-bench: bench-read bench-records bench-nginx bench-record bench-fleet bench-profile
+bench: bench-read bench-records bench-nginx bench-openresty bench-record bench-fleet bench-profile
 
 # the LDoc reference (lua-ldoc) -> doc/reference/
 doc:

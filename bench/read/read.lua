@@ -1,7 +1,8 @@
 --- bench/read/read.lua - the Lua side of bench/read.
 --   luajit bench/read/read.lua MODE N [route]   prints "MODE N ns_per_op"
---   MODE: read (ev:read() of task-clock) or group4 (g:read(t) of a 4-event
---   group into a reused table); route: ffi (default on LuaJIT) or c (the
+--   MODE: read (ev:read() of task-clock), group4 (g:read(t) of a 4-event
+--   group into a reused table) or group3 (g:read(t) of perf_event.openresty's
+--   default group, opened by name as the module opens it); route: ffi (default on LuaJIT) or c (the
 --   C API methods, also what PUC Lua uses).
 -- Run from the repository root (bench/read/run does).
 local build = os.getenv("PE_BUILD")
@@ -70,6 +71,20 @@ elseif mode == "group4" then
     for _ = 1, n do read(g, t); sink = sink + t[1] end
     t1 = now()
   end
+elseif mode == "group3" then
+  local g = assert(pe.group({ "task-clock", "page-faults", "context-switches" }))
+  local read = methods.group.read
+  local t = {}
+  if route == "ffi" then
+    t0 = now()
+    for _ = 1, n do g:read(t); sink = sink + t[1] end
+    t1 = now()
+  else
+    t0 = now()
+    for _ = 1, n do read(g, t); sink = sink + t[1] end
+    t1 = now()
+  end
+  g:close()
 else
   error("unknown mode " .. tostring(mode))
 end

@@ -10,8 +10,9 @@
  *           mapped event does a little more work)
  *   group4  one read(2) of a 4-event group (GROUP|ID|TOTAL_TIME_*) and the
  *           4 scaled values, by position
- *   group3  the same for the 3-event group of examples/openresty (task-clock,
- *           page-faults, context-switches): bench/nginx's per-request read
+ *   group3  the same for perf_event.openresty's default 3-event group
+ *           (task-clock, page-faults, context-switches): bench/nginx's
+ *           per-request read
  * Events are software events (task-clock, page-faults, context-switches,
  * cpu-migrations) with exclude_kernel, as perf_event_paranoid=2 allows.
  */

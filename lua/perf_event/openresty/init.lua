@@ -117,7 +117,9 @@ local function timer(premature)
 end
 
 --- In `init_worker_by_lua*`: opens this worker's per-request counter group
--- and, when asked, its always-on sampler, and starts the worker's timer
+-- and, when asked, its always-on sampler (at once, from a timer: the
+-- coroutine API its self-test needs is disabled in `init_worker_by_lua*`),
+-- and starts the worker's timer
 -- (every 0.1 s: the sampler's drains, the figures' publication, profile
 -- windows).  What the kernel refuses (perf_event_paranoid=3, no such
 -- event) goes to error.log once per server, and the rest goes on: `/metrics`
@@ -158,12 +160,24 @@ function M.init_worker(opts)
   local problems = {}
   local ok, cerr = counters.open(c.events, c)
   if not ok then problems[#problems + 1] = "per-request counters unavailable: " .. tostring(cerr) end
-  if c.sampler then
-    local sok, serr = sampler.start(c)
-    if not sok then problems[#problems + 1] = "always-on sampler unavailable: " .. tostring(serr) end
+  -- the sampler starts in a timer: its first start runs the safe-point
+  -- walk's self-test, which resumes coroutines, and init_worker_by_lua*
+  -- forbids the coroutine API; one error.log line tells both outcomes
+  local function start_sampler(premature)
+    if premature then return end
+    if c.sampler then
+      local pok, sok, serr = pcall(sampler.start, c)
+      if not pok then sok, serr = nil, sok end
+      if not sok then problems[#problems + 1] = "always-on sampler unavailable: " .. tostring(serr) end
+    end
+    if #problems > 0 then
+      log_once(ngx.ERR, "perf_event.openresty: " .. concat(problems, "; ") .. " (/metrics still answers)")
+    end
   end
-  if #problems > 0 then
-    log_once(ngx.ERR, "perf_event.openresty: " .. concat(problems, "; ") .. " (/metrics still answers)")
+  local sok, serr = ngx.timer.at(0, start_sampler)
+  if not sok then
+    problems[#problems + 1] = "cannot start the worker's timer: " .. tostring(serr)
+    start_sampler(false)
   end
   local tok, terr = ngx.timer.every(window.TICK, timer)
   if not tok then ngx.log(ngx.ERR, "perf_event.openresty: cannot start the worker's timer: ", terr) end
