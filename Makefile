@@ -132,7 +132,7 @@ test: fixtures
 RUNTESTS_LAST = tools/runtests || kill -PIPE $$PPID
 
 test-user:
-	tools/test-as-user
+	@tools/test-as-user || kill -PIPE $$PPID
 
 test-asan: fixtures asan
 	@PE_SUITES=asan $(RUNTESTS_LAST)

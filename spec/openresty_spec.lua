@@ -118,6 +118,10 @@ describe("perf_event.openresty, installed by the rock, in a user's nginx.conf", 
     sub("/usr/local/share/lua/5.1/", tree .. "/share/lua/5.1/")
     sub("/usr/local/lib/lua/5.1/", tree .. "/lib/lua/5.1/")
     sub("listen 8080;", "listen 127.0.0.1:@PORT@;")
+    -- a conf of its own has no access_log: nginx's default is
+    -- /var/log/nginx/access.log, which a non-root master cannot open
+    -- (make test-user), and this run's logs belong under its prefix anyway
+    sub("http {\n", "http {\n    access_log logs/access.log;\n")
     sub("        location = /metrics {", table.concat({
       "        location = /hot { content_by_lua_block { require(\"myapp\").handler() } }",
       "        location = /hello { content_by_lua_block { ngx.say(\"hello\") } }",

@@ -18,7 +18,8 @@ local tmpdir = U.sh("mktemp -d 2>/dev/null"):gsub("%s+$", "")
 local made = { tmpdir }   -- removed after the file's tests
 teardown(function()
   for _, d in ipairs(made) do
-    if d:find("^/tmp/tmp%.") then U.sh("rm -rf '" .. d .. "'") end
+    -- what mktemp -d made, in $TMPDIR or /tmp (tools/runtests as a user sets TMPDIR)
+    if d:find("^/.*/tmp%.%w+$") then U.sh("rm -rf '" .. d .. "'") end
   end
 end)
 
