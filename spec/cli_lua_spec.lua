@@ -164,7 +164,8 @@ describe("luaperf record --lua -- CMD", function()
       os.remove(out)
       assert.equal(0, rc, text)
       local ours, n, total = shares(stacks, script, r)
-      assert.is_true(n >= 1000, "samples in the hot functions " .. n .. "\n" .. text)
+      -- 2 s of CPU at 999 Hz, ~2000; half that when another lane shares the core
+      assert.is_true(n >= 500, "samples in the hot functions " .. n .. "\n" .. text)
       local written = tonumber(text:match("%[ luaperf record: (%d+) samples, %d+ stacks written to "))
       assert.equal(total, written, text)
       -- every stack starts with the comm; gamma's samples have the main
@@ -382,7 +383,8 @@ while os.clock() - t0 < 2 do fill(100) end
         if stack:find(want) then under = under + tonumber(n) end
       end
     end
-    assert.is_true(total >= 100 and under >= 0.8 * total, under .. " of " .. total .. "\n" .. text)
+    -- (1 s at 99 Hz of the CPU the target gets: less beside another lane)
+    assert.is_true(total >= 40 and under >= 0.8 * total, under .. " of " .. total .. "\n" .. text)
   end)
 
   it("says the process was not started with the module, and names C frames only", function()
