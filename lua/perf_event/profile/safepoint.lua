@@ -5,21 +5,20 @@
 -- the handler arms LuaJIT's profiler hook, and the VM calls the capture at
 -- its next instruction (a trace exits at its next line check): the capture
 -- walks the frames there, interns the stack and gives its id to the
--- signal's record. `drain` pairs each ring sample with its signal's record
--- (same ip, the signal at most 10 ms after the sample) and turns the
--- stack into profile frames: `{lua=info, line=}` and `{c=name}` for the C
+-- signal's record. `drain` takes the signals' records (each has its
+-- sample's ip; the ring's samples are only counted) and turns each
+-- distinct (stack, leaf, ip) into profile frames: `{lua=info, line=}` and `{c=name}` for the C
 -- functions on the stack (table.sort, pcall, ...) and for a C function the
 -- signal found running (string.format), root first. A coroutine's frames
 -- come under the frames of the code that resumed it.
 -- @module perf_event.profile.safepoint
 
-local tostring, tonumber, ipairs, pairs, format, floor, sort, concat, remove =
-  type, tonumber, ipairs, pairs, string.format, math.floor, table.sort, table.concat, table.remove
+local tostring, ipairs, pairs, format, floor, sort, concat, remove =
+  tostring, ipairs, pairs, string.format, math.floor, table.sort, table.concat, table.remove
 local debug, coroutine, require, rawget, pcall, error = debug, coroutine, require, rawget, pcall, error
 
 local M = {}
 
-local WINDOW = 1e7      -- ns: a signal later than this after a sample is not its own
 local FLAG_TRUNC, FLAG_UNJOINED = 1, 2
 
 local jit = rawget(_G, "jit")
@@ -166,8 +165,8 @@ function M.arm(p, lj_mode)
   local LP = core_private()
   local slot, err = LP.luasafe_arm(p.ev:fd(), coroutine.resume, here_args[2], lj_mode)
   if not slot then return nil, err end
-  p.safe = { slot = slot, nstacks = 0, nchunks = 0, stacks = {}, chunks = {}, frames = {}, q = {}, qi = 1,
-             wait = {}, ipc = {}, nipc = 0 }
+  p.safe = { slot = slot, nstacks = 0, nchunks = 0, stacks = {}, chunks = {}, frames = {}, ipc = {}, nipc = 0,
+             rcache = {}, nrcache = 0, byk = {} }
   return true
 end
 
@@ -269,11 +268,11 @@ local function c_leaf(p, ip)
   return { c = name, addr = ip, module = module }
 end
 
--- the frames of one sample
-local function resolve(p, rec, sig)
-  local ip = tonumber(rec.ip)
-  local id = sig and sig.stack
-  if not id then
+-- the frames of one distinct sample: its ip, its stack id (0: none), the
+-- builtin or C function the signal found running (0: none; cut: its frame
+-- ends the stack), whether a trace ran (trace, 1)
+local function resolve(p, ip, id, leafa, cut, trace)
+  if id == 0 then
     local fr = { c_leaf(p, ip) }
     fr.nleaf = 1
     return fr
@@ -284,86 +283,85 @@ local function resolve(p, rec, sig)
     fr.nleaf = 1
     return fr
   end
-  local leaf = sig.leaf and not sig.cut
+  local leaf = leafa ~= 0 and cut == 0
   local name, module = ip_sym(p, ip)
-  -- in a trace (vmstate >= 0), LuaJIT's own code is a helper the trace
-  -- called (string formatting, table resizing): kept as the leaf
-  local vm = in_vm(name, module) and not (sig.vms >= 0 and is_file(module))
+  -- in a trace, LuaJIT's own code is a helper the trace called (string
+  -- formatting, table resizing): kept as the leaf
+  local vm = in_vm(name, module) and not (trace == 1 and is_file(module))
   if not leaf and vm then return fr end
   local out = {}
   for i = 1, #fr do out[i] = fr[i] end
   out.truncated, out.unjoined = fr.truncated, fr.unjoined
   local n = 0
-  if leaf then out[#out + 1] = { c = c_name(p, tonumber(sig.leaf)), builtin = true } n = 1 end
+  if leaf then out[#out + 1] = { c = c_name(p, leafa), builtin = true } n = 1 end
   if not vm then out[#out + 1] = c_leaf(p, ip) n = n + 1 end
   out.nleaf = n
   return out
 end
 
---- Reads the signals' records and the ring's samples, pairs them and adds
--- each sample's frames to p (p:_count for keep=false).
+local RCACHE_MAX = 4096   -- distinct samples whose frames a profile remembers
+
+-- the frames of a distinct sample, remembered per profile (bounded)
+local function frames_of(p, s, id, leafa, cut, trace, ip)
+  local k = id .. ":" .. leafa .. ":" .. cut .. ":" .. trace .. ":" .. ip
+  local fr = s.rcache[k]
+  if not fr then
+    if s.nrcache >= RCACHE_MAX then s.rcache, s.nrcache = {}, 0 end
+    fr = resolve(p, ip, id, leafa, cut, trace)
+    s.rcache[k], s.nrcache = fr, s.nrcache + 1
+  end
+  return fr
+end
+
+--- Takes the signals' records (the ring's samples are only counted: each
+-- signal has the sample's ip and time) and adds each sample's frames to
+-- p, once per distinct sample of this drain (p:_count with its count for
+-- keep=false). No pairs() here: a drain may run from a __gc (LuaJIT
+-- bug #1000).
 function M.drain(p, final)
   local s = p.safe
-  local LP = core_private()
-  local recs, stacks, chunks, stats = LP.luasafe_read(s.slot, s.nstacks, s.nchunks, final)
-  for id, w in pairs(stacks) do s.stacks[id] = w end
-  for id, c in pairs(chunks) do s.chunks[id] = c end
-  s.nstacks, s.nchunks = stats.nstacks, stats.nchunks
-  p.capture_total_ns, p.captures = tonumber(stats.capture_ns), tonumber(stats.captures)
+  local keep = p.keep ~= false
+  local keys, order, stacks, chunks, st = core_private().luasafe_take(s.slot, p.ev, s.nstacks, s.nchunks, final,
+                                                                      keep)
+  for id = s.nstacks + 1, st.nstacks do s.stacks[id] = stacks[id] end
+  for id = s.nchunks + 1, st.nchunks do s.chunks[id] = chunks[id] end
+  s.nstacks, s.nchunks = st.nstacks, st.nchunks
+  p.capture_total_ns, p.captures = st.capture_ns, st.captures
   p.capture_ns = p.captures > 0 and p.capture_total_ns / p.captures or 0
-  p.sig_dropped, p.sig_throttled = stats.dropped, stats.throttled
-  p.nsigs = (p.nsigs or 0) + #recs
-  local q = s.q
-  for _, r in ipairs(recs) do
-    r.time, r.ip = tonumber(r.time), tonumber(r.ip)
-    q[#q + 1] = r
+  p.handler_total_ns, p.handlers = st.handler_ns, st.handlers
+  p.handler_ns = p.handlers > 0 and p.handler_total_ns / p.handlers or 0
+  p.sig_dropped, p.sig_throttled = st.dropped, st.throttled
+  p.lost = st.lost
+  p.nring = (p.nring or 0) + st.ring_samples
+  p.nsigs = (p.nsigs or 0) + st.records
+  local samples, byk = p.samples, s.byk
+  local nsafe = p.nsafe or 0
+  for i = 1, #keys, 7 do
+    local id, cnt = keys[i], keys[i + 6]
+    local fr = frames_of(p, s, id, keys[i + 1], keys[i + 2], keys[i + 4], keys[i + 5])
+    if id ~= 0 then nsafe = nsafe + cnt end
+    if keep then byk[(i + 6) / 7] = fr else p:_count(fr, cnt) end
   end
-  local wait = s.wait
-  for rec in p.ev:records() do
-    if rec.type == "sample" then wait[#wait + 1] = rec
-    elseif rec.type == "lost" or rec.type == "lost_samples" then
-      p.lost = p.lost + (tonumber(rec.lost) or 0)
-    end
+  if keep then for j = 1, #order do samples[#samples + 1] = byk[order[j]] end end
+  p.nsafe, p.npaired = nsafe, p.nsigs
+  p.nsamples = p.nsigs
+  -- a sample whose signal never came (the kernel could not queue it, or
+  -- the record ring was full): counted once the ring holds more samples
+  -- than the signals, the ones still waiting for their capture aside
+  local missing = p.nring - p.nsigs - st.pending - (s.nmissing or 0)
+  if missing > 0 then
+    s.nmissing = (s.nmissing or 0) + missing
+    local fr = s.nosig or { { c = "[no signal]" }, nleaf = 1 }
+    s.nosig = fr
+    if keep then for _ = 1, missing do samples[#samples + 1] = fr end else p:_count(fr, missing) end
   end
-  local qi, k, keep = s.qi, 1, p.keep ~= false
-  local samples = p.samples
-  local last = q[#q]
-  while k <= #wait do
-    local rec = wait[k]
-    local t, ip = tonumber(rec.time), tonumber(rec.ip)
-    while q[qi] and q[qi].time < t do qi = qi + 1 end
-    local sig
-    for j = qi, qi + 3 do
-      local g = q[j]
-      if not g or g.time - t >= WINDOW then break end
-      if g.ip == ip then sig = g qi = j + 1 break end
-    end
-    if not sig and not final and (not last or last.time < t + WINDOW) then break end
-    local fr = resolve(p, rec, sig)
-    p.nsamples = p.nsamples + 1
-    if sig then p.npaired = (p.npaired or 0) + 1 end
-    if sig and sig.stack then p.nsafe = (p.nsafe or 0) + 1 end
-    if not sig and os.getenv("LS_DEBUG") then
-      io.stderr:write(("unpaired t=%d ip=%x; near:"):format(t, ip))
-      for j = qi - 2, qi + 2 do local g = q[j] if g then io.stderr:write((" [%d %x]"):format(g.time - t, g.ip)) end end
-      io.stderr:write("\n")
-    end
-    if keep then samples[#samples + 1] = fr else p:_count(fr) end
-    k = k + 1
-  end
-  -- what is left waits for the next drain
-  local rest = {}
-  for i = k, #wait do rest[#rest + 1] = wait[i] end
-  s.wait = rest
-  local qrest = {}
-  for i = qi, #q do qrest[#qrest + 1] = q[i] end
-  s.q, s.qi = qrest, 1
+  p.nsamples = p.nsigs + (s.nmissing or 0)
 end
 
 -- the functions of a drain, for profile.lua's jit.off of an aggregated
 -- profile's drain (see M.start there)
 function M.drain_fns()
-  return { M.drain, resolve, stack_frames, ip_sym, c_leaf, in_vm, is_file, c_name, u64 }
+  return { M.drain, resolve, frames_of, stack_frames, ip_sym, c_leaf, in_vm, is_file, c_name, u64 }
 end
 
 --- What a stack id stands for (tests): its frames' text, root first.
