@@ -892,11 +892,14 @@ static int l_here(lua_State *L)
   return 2;
 }
 
-/* _private.luasafe_stats() -> {throttled=, late=}: SIGIOs taken (the
- * kernel could not queue the signal) and signals for no armed profile */
+/* _private.luasafe_stats() -> {throttled=, late=, state=}: SIGIOs taken
+ * (the kernel could not queue the signal), signals for no armed profile,
+ * and whether the handler checks LuaJIT's profiler state (true) or makes
+ * the two syscalls (false) */
 static int l_stats(lua_State *L)
 {
-  lua_createtable(L, 0, 2);
+  lua_createtable(L, 0, 3);
+  lua_pushboolean(L, ls_ps != 0); lua_setfield(L, -2, "state");
   lua_pushinteger(L, (lua_Integer)ls_throttled); lua_setfield(L, -2, "throttled");
   lua_pushinteger(L, (lua_Integer)ls_late); lua_setfield(L, -2, "late");
   return 1;
