@@ -301,14 +301,32 @@ end
 
 local RCACHE_MAX = 4096   -- distinct samples whose frames a profile remembers
 
--- the frames of a distinct sample, remembered per profile (bounded)
+-- the frames of a distinct sample, remembered per profile (bounded): by
+-- ip, then by stack id, cut and trace in one number, then (rarely) by the
+-- running function the signal found; numbers only, no string is made
 local function frames_of(p, s, id, leafa, cut, trace, ip)
-  local k = id .. ":" .. leafa .. ":" .. cut .. ":" .. trace .. ":" .. ip
-  local fr = s.rcache[k]
-  if not fr then
-    if s.nrcache >= RCACHE_MAX then s.rcache, s.nrcache = {}, 0 end
+  local rc = s.rcache
+  local byip = rc[ip]
+  if not byip then
+    if s.nrcache >= RCACHE_MAX then rc, s.nrcache = {}, 0 s.rcache = rc end
+    byip = {}
+    rc[ip] = byip
+  end
+  local k = id * 4 + cut * 2 + trace
+  local fr
+  if leafa ~= 0 then
+    local byleaf = byip[-1 - k]
+    if not byleaf then byleaf = {} byip[-1 - k] = byleaf end
+    fr = byleaf[leafa]
+    if not fr then
+      fr = resolve(p, ip, id, leafa, cut, trace)
+      byleaf[leafa], s.nrcache = fr, s.nrcache + 1
+    end
+  else
+    fr = byip[k]
+    if fr then return fr end
     fr = resolve(p, ip, id, leafa, cut, trace)
-    s.rcache[k], s.nrcache = fr, s.nrcache + 1
+    byip[k], s.nrcache = fr, s.nrcache + 1
   end
   return fr
 end
