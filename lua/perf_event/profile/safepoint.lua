@@ -58,13 +58,15 @@ local function levels(level, th)
   return out
 end
 
--- nil when same, else the first difference
-local function compare(got, want, what)
-  if #got ~= #want then
+-- nil when same, else the first difference; prefix: got may go on
+-- (the self-test runs in a coroutine: the capture joins the frames of the
+-- threads that resumed it, which debug.getinfo does not see)
+local function compare(got, want, what, prefix)
+  if #got ~= #want and not (prefix and #got > #want) then
     return format("%s: %d frames, debug.getinfo has %d", what, #got, #want)
   end
-  for i, g in ipairs(got) do
-    local w = want[i]
+  for i = 1, #want do
+    local g, w = got[i], want[i]
     if (g.c ~= nil) ~= (w.c ~= nil) then return format("%s: frame %d is %s, debug.getinfo says %s", what, i,
                                                         g.c and "C" or "Lua", w.c and "C" or "Lua") end
     if not g.c and (g.source ~= w.source or g.linedefined ~= w.linedefined or g.currentline ~= w.currentline) then
@@ -106,8 +108,8 @@ local function st_loop()
   return g, w
 end
 local function st_co(wrap)
-  local co_g, co_w
-  local body = function() co_g, co_w = here(), levels(1) coroutine.yield() end
+  local co_g, co_w, co_flags
+  local body = function() co_g, co_flags = here() co_w = levels(1) coroutine.yield() end
   local outer   -- the resumer's frames, at the line that resumes
   if wrap then local f = coroutine.wrap(body) outer = levels(1) f() else
     local co = coroutine.create(body) outer = levels(1) coroutine.resume(co) end
@@ -115,6 +117,11 @@ local function st_co(wrap)
   -- then the resumer's (whose line is the resume's)
   local want = {}
   for _, f in ipairs(co_w) do want[#want + 1] = f end
+  -- run in a coroutine resumed from C (an nginx request's), the chain of
+  -- resumers from the main thread breaks there: the coroutine's own
+  -- frames come alone, marked (frames.unjoined)
+  local _, ismain = coroutine.running()
+  if not ismain and floor(co_flags / FLAG_UNJOINED) % 2 == 1 then return co_g, want end
   want[#want + 1] = { c = true }
   for _, f in ipairs(outer) do want[#want + 1] = f end
   return co_g, want
@@ -138,6 +145,7 @@ function M.selftest()
   here_args = { coroutine.resume, coroutine.wrap(function() end) }
   local cases = { nested = st_mid, pcall = st_pcall, sort = st_sort, loop = st_loop,
                   coroutine = function() return st_co(false) end, wrap = function() return st_co(true) end }
+  local _, ismain = coroutine.running()
   local names, checked = {}, 0
   for k in pairs(cases) do names[#names + 1] = k end
   sort(names)
@@ -146,9 +154,9 @@ function M.selftest()
     if not ok then selftest_result = { ok = false, reason = "self-test " .. k .. ": " .. tostring(g) } break end
     -- the capture goes to the root thread; debug.getinfo's outermost
     -- levels below the script (busted's, the interpreter's) are the same
-    local why = compare(g, w, k)
+    local why = compare(g, w, k, not ismain)
     if why then selftest_result = { ok = false, reason = "self-test " .. why } break end
-    checked = checked + #g
+    checked = checked + #w
   end
   LP.luasafe_forget()
   selftest_result = selftest_result or { ok = true, checked = checked }
