@@ -22,6 +22,7 @@ local M = {}
 local FLAG_TRUNC, FLAG_UNJOINED = 1, 2
 
 local jit = rawget(_G, "jit")
+local now = require("perf_event.profile.raw").now
 
 local function core_private()
   return require("perf_event").core._private
@@ -174,7 +175,7 @@ function M.arm(p, lj_mode)
   local slot, err = LP.luasafe_arm(p.ev:fd(), coroutine.resume, here_args[2], lj_mode)
   if not slot then return nil, err end
   p.safe = { slot = slot, nstacks = 0, nchunks = 0, stacks = {}, chunks = {}, frames = {}, ipc = {}, nipc = 0,
-             rcache = {}, nrcache = 0, byk = {} }
+             rcache = {}, nrcache = 0, byk = {}, nkeys = 0, nresolved = 0 }
   return true
 end
 
@@ -185,6 +186,25 @@ function M.disarm(p, open)
 end
 
 -- ---------------------------------------------------------------- drain
+
+local MAPS_EVERY = 1e9   -- ns: /proc/self/maps reread at most this often
+
+-- p.sym:lookup(a), the maps read again (at most once a second) when a is
+-- in no mapping known (a library loaded since)
+local function lookup(p, a)
+  local name, off, module = p.sym:lookup(a)
+  if module == nil then
+    local t = now()
+    if t - (p.maps_t or 0) > MAPS_EVERY then
+      if p.keep == false then p.sym = p:_memo_sym() end
+      p.sym:load_maps("self")
+      p.maps_t = t
+      p.safe.ipc, p.safe.nipc = {}, 0
+      name, off, module = p.sym:lookup(a)
+    end
+  end
+  return name, off, module
+end
 
 -- the profile's name for the C function or builtin at GCfunc address a
 -- (lua_CFunction cf when known)
@@ -206,7 +226,7 @@ local function c_name(p, a, cf, ffid)
   if n then return n end
   if ffid then return "builtin#" .. ffid end
   if cf and cf ~= 0 and p.sym then
-    local name, _, module = p.sym:lookup(cf)
+    local name, _, module = lookup(p, cf)
     if module and name:find("+0x", 1, true) then name = "[" .. module .. "]" end
     if name then return name end
   end
@@ -251,7 +271,7 @@ local function ip_sym(p, ip)
   local e = s.ipc[ip]
   if not e then
     if s.nipc >= 4096 then s.ipc, s.nipc = {}, 0 end
-    local name, _, module = p.sym:lookup(ip)
+    local name, _, module = lookup(p, ip)
     e = { name, module }
     s.ipc[ip], s.nipc = e, s.nipc + 1
   end
@@ -328,13 +348,13 @@ local function frames_of(p, s, id, leafa, cut, trace, ip)
     fr = byleaf[leafa]
     if not fr then
       fr = resolve(p, ip, id, leafa, cut, trace)
-      byleaf[leafa], s.nrcache = fr, s.nrcache + 1
+      byleaf[leafa], s.nrcache, s.nresolved = fr, s.nrcache + 1, s.nresolved + 1
     end
   else
     fr = byip[k]
     if fr then return fr end
     fr = resolve(p, ip, id, leafa, cut, trace)
-    byip[k], s.nrcache = fr, s.nrcache + 1
+    byip[k], s.nrcache, s.nresolved = fr, s.nrcache + 1, s.nresolved + 1
   end
   return fr
 end
@@ -354,13 +374,14 @@ function M.drain(p, final)
   s.nstacks, s.nchunks = st.nstacks, st.nchunks
   p.capture_total_ns, p.captures = st.capture_ns, st.captures
   p.capture_ns = p.captures > 0 and p.capture_total_ns / p.captures or 0
-  p.handler_total_ns, p.handlers = st.handler_ns, st.handlers
+  p.handler_total_ns, p.handlers, p.handlers_slow = st.handler_ns, st.handlers, st.handlers_slow
   p.handler_ns = p.handlers > 0 and p.handler_total_ns / p.handlers or 0
   p.sig_dropped, p.sig_throttled = st.dropped, st.throttled
   p.lost = st.lost
   p.nring = (p.nring or 0) + st.ring_samples
   p.nsigs = (p.nsigs or 0) + st.records
   local samples, byk = p.samples, s.byk
+  s.nkeys = s.nkeys + #keys / 7
   local nsafe = p.nsafe or 0
   for i = 1, #keys, 7 do
     local id, cnt = keys[i], keys[i + 6]
@@ -387,7 +408,7 @@ end
 -- the functions of a drain, for profile.lua's jit.off of an aggregated
 -- profile's drain (see M.start there)
 function M.drain_fns()
-  return { M.drain, resolve, frames_of, stack_frames, ip_sym, c_leaf, in_vm, is_file, c_name, u64 }
+  return { M.drain, resolve, frames_of, stack_frames, ip_sym, lookup, c_leaf, in_vm, is_file, c_name, u64 }
 end
 
 --- What a stack id stands for (tests): its frames' text, root first.
