@@ -372,7 +372,7 @@ function M.drain(p, final)
   for id = s.nstacks + 1, st.nstacks do s.stacks[id] = stacks[id] end
   for id = s.nchunks + 1, st.nchunks do s.chunks[id] = chunks[id] end
   s.nstacks, s.nchunks = st.nstacks, st.nchunks
-  p.capture_total_ns, p.captures = st.capture_ns, st.captures
+  p.capture_total_ns, p.captures, p.captures_slow = st.capture_ns, st.captures, st.captures_slow
   p.capture_ns = p.captures > 0 and p.capture_total_ns / p.captures or 0
   p.handler_total_ns, p.handlers, p.handlers_slow = st.handler_ns, st.handlers, st.handlers_slow
   p.handler_ns = p.handlers > 0 and p.handler_total_ns / p.handlers or 0
