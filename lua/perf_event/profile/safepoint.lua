@@ -143,10 +143,15 @@ function M.selftest()
     selftest_result = { ok = false, reason = "no luasafe in the core" }
     return selftest_result
   end
-  here_args = { coroutine.resume, coroutine.wrap(function() end) }
+  -- where the coroutine API is refused (nginx's init_worker_by_lua), the
+  -- self-test fails without being remembered: a later start elsewhere
+  -- (a request handler, a timer) runs it again
+  local okw, wrapped = pcall(coroutine.wrap, function() end)
+  local okr, running, ismain = pcall(coroutine.running)
+  if not (okw and okr) then return { ok = false, reason = "self-test: " .. tostring(okw and running or wrapped) } end
+  here_args = { coroutine.resume, wrapped }
   local cases = { nested = st_mid, pcall = st_pcall, sort = st_sort, loop = st_loop,
                   coroutine = function() return st_co(false) end, wrap = function() return st_co(true) end }
-  local _, ismain = coroutine.running()
   local names, checked = {}, 0
   for k in pairs(cases) do names[#names + 1] = k end
   sort(names)
