@@ -135,7 +135,7 @@ static int lp_in_vm(uint64_t sp, uint64_t *lb)
   if (!l || !lp_read(l, w, sizeof w)) return -1;   /* unknown */
   *lb = w[4];
   cf = w[LP_L_CFRAME / 8] & ~(uint64_t)3;   /* cframe_raw: the low bits are flags */
-  return cf != 0 && sp < cf && cf - sp < LP_CFRAME_SPAN;
+  return cf != 0 && sp <= cf && cf - sp < LP_CFRAME_SPAN;
 }
 
 static int lp_ins(uint64_t pc, uint32_t *ins)

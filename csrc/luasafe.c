@@ -44,6 +44,10 @@
 #include <stdlib.h>
 #include <time.h>
 #include <ucontext.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include "pe_records.h"
 
 /* ---------------------------------------------------------------- layouts
  * LuaJIT 2.1, GC64 (lj_obj.h): lua_State glref +16, base +32, top +40,
@@ -113,6 +117,9 @@ static uint64_t ls_resume_fn;             /* coroutine.resume's GCfunc */
 static int ls_wrap_ffid = -1;             /* ffid of coroutine.wrap's functions */
 static uint64_t ls_root;                  /* the thread that armed, when no main thread */
 static uint64_t ls_ns, ls_ncap, ls_njoin, ls_nunjoined;
+static volatile uint64_t ls_hns, ls_nh;   /* the handler's own time (ns), its calls */
+static uint64_t ls_ncapslow;             /* captures preempted (> 1 ms), not in ls_ns */
+static volatile uint64_t ls_nhslow;       /* handlers preempted (> 100 us), not in ls_hns */
 
 static uint64_t ls_now(void)
 {
@@ -145,8 +152,8 @@ static int ls_leaf_at(ls_rec *r, uint64_t l, uint64_t base)
  * has its handler (someone's luaJIT_profile_stop restores the default, and
  * its profile_signal would then dereference a NULL state), and ITIMER_PROF
  * is still disarmed (a jit.profile started since arms it: its profile is
- * left alone). Two syscalls per signal: the profiler's state is private
- * to LuaJIT */
+ * left alone). Two syscalls: the fallback of ls_owned when LuaJIT's
+ * profiler state was not found at arm */
 static int ls_sigprof_ours(void)
 {
   struct sigaction cur;
@@ -159,7 +166,65 @@ static int ls_profiler_ours(void)
   return ls_sigprof_ours() && getitimer(ITIMER_PROF, &it) == 0 && !it.it_value.tv_sec && !it.it_value.tv_usec;
 }
 
-static void ls_record(int fd, const ucontext_t *uc)
+/* LuaJIT's own profiler state (lj_profile.c's static ProfileState: g, cb,
+ * data as its first three words), found at arm, or 0. Every start of
+ * LuaJIT's profiler (jit.profile.start, -jp, a C caller of
+ * luaJIT_profile_start) writes its own cb and data there, every stop
+ * clears g: while the three words are ours, profile_signal is safe to call
+ * and sets the hook for our capture. Three loads per signal instead of two
+ * syscalls */
+static uint64_t ls_ps;
+static char ls_token;                       /* the data pointer we start with */
+
+static void ls_capture(void *data, lua_State *L, int samples, int vmstate);
+
+static int ls_ps_ours(uint64_t ps)
+{
+  return LD64(ps) == ls_g && LD64(ps + 8) == (uint64_t)(uintptr_t)ls_capture
+         && LD64(ps + 16) == (uint64_t)(uintptr_t)&ls_token;
+}
+
+static int ls_owned(void)
+{
+  return ls_ps ? ls_ps_ours(ls_ps) : ls_profiler_ours();
+}
+
+/* reads n bytes at a of this process, 0 when not all mapped */
+static int ls_peek(uint64_t a, void *out, size_t n)
+{
+  struct iovec l = { out, n }, r = { (void *)(uintptr_t)a, n };
+  return syscall(SYS_process_vm_readv, (long)getpid(), &l, 1, &r, 1, 0) == (long)n;
+}
+
+/* right after our luaJIT_profile_start: the ProfileState is the static
+ * that luaJIT_profile_start's code addresses RIP-relative (a ModRM byte
+ * with mod 00, r/m 101, then disp32, then 0, 1 or 4 bytes of immediate)
+ * and that holds G, ls_capture and &ls_token in its first three words. 0
+ * when not found (ls_owned then checks with the two syscalls) */
+static uint64_t ls_find_ps(void)
+{
+  uint8_t code[768];
+  uint64_t at = (uint64_t)(uintptr_t)luaJIT_profile_start;
+  size_t n = sizeof code, i;
+  static const int imm[3] = { 0, 1, 4 };
+  while (n >= 64 && !ls_peek(at, code, n)) n /= 2;
+  if (n < 64) return 0;
+  for (i = 1; i + 4 <= n; i++) {
+    int32_t d;
+    int k;
+    if ((code[i - 1] & 0xc7) != 0x05) continue;
+    memcpy(&d, code + i, 4);
+    for (k = 0; k < 3; k++) {
+      uint64_t t = at + i + 4 + (uint64_t)imm[k] + (uint64_t)(int64_t)d, w[3];
+      if ((t & 7) == 0 && ls_peek(t, w, sizeof w) && w[0] == ls_g
+          && w[1] == (uint64_t)(uintptr_t)ls_capture && w[2] == (uint64_t)(uintptr_t)&ls_token)
+        return t;
+    }
+  }
+  return 0;
+}
+
+static void ls_record(int fd, const ucontext_t *uc, uint64_t now)
 {
   ls_prof *p = NULL;
   ls_rec *r;
@@ -169,7 +234,7 @@ static void ls_record(int fd, const ucontext_t *uc)
   if (!p) { ls_late = ls_late + 1; return; }
   if (p->head - p->tail >= LS_SLOTS) { p->dropped = p->dropped + 1; return; }
   r = &p->ring[p->head % LS_SLOTS];
-  r->time = ls_now();
+  r->time = now;
   r->ip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
   r->leaf = r->leaf_l = 0;
   r->leaf_off = 0;
@@ -196,7 +261,7 @@ static void ls_record(int fd, const ucontext_t *uc)
     if (l && !ls_leaf_at(r, l, (uint64_t)uc->uc_mcontext.gregs[REG_RDX]))
       ls_leaf_at(r, l, LD64(l + LS_L_BASE));
   }
-  if (r->out || ls_in_cap || !ls_active || !ls_profiler_ours()) {
+  if (r->out || ls_in_cap || !ls_active || !ls_owned()) {
     r->state = LS_DONE;
   } else {
     r->state = LS_PENDING;
@@ -209,21 +274,22 @@ static void ls_record(int fd, const ucontext_t *uc)
 static void ls_handler(int sig, siginfo_t *si, void *ctx)
 {
   int saved = errno;
+  uint64_t t0;
   if (sig == SIGIO) {              /* the kernel could not queue the signal */
     ls_throttled = ls_throttled + 1;
     errno = saved;
     return;
   }
-  ls_record(si->si_fd, ctx);
+  t0 = ls_now();
+  ls_record(si->si_fd, ctx, t0);
+  /* a copy queued while this one ran (it is blocked meanwhile) is
+   * delivered when it returns: no sigtimedwait (a syscall) per signal */
   {
-    /* copies queued while this one ran (it is blocked meanwhile) */
-    sigset_t one;
-    siginfo_t info;
-    struct timespec zero = { 0, 0 };
-    int n = 0;
-    sigemptyset(&one);
-    sigaddset(&one, ls_signo);
-    while (n++ < 64 && sigtimedwait(&one, &info, &zero) == ls_signo) ls_record(info.si_fd, ctx);
+    /* a handler of more than 100 us was preempted (its work is bounded):
+     * counted apart, its time left out */
+    uint64_t d = ls_now() - t0;
+    if (d < 100000) { ls_hns += d; ls_nh++; }
+    else ls_nhslow++;
   }
   errno = saved;
 }
@@ -518,8 +584,13 @@ static void ls_capture(void *data, lua_State *L, int samples, int vmstate)
   }
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   ls_in_cap = 0;
-  ls_ncap++;
-  ls_ns += ls_now() - t0;
+  {
+    /* a capture of more than 1 ms was preempted (CLOCK_MONOTONIC time on
+     * shared CPUs): counted apart, its time left out */
+    uint64_t d = ls_now() - t0;
+    if (d < 1000000) { ls_ns += d; ls_ncap++; }
+    else ls_ncapslow++;
+  }
 }
 
 /* ---------------------------------------------------------------- arming */
@@ -574,7 +645,7 @@ static int l_arm(lua_State *L)
   }
   for (k = 0; k < LS_MAXP; k++) if (!ls_p[k].on) { slot = k; break; }
   if (slot < 0) return ls_push_fail(L, "4 safe-point profiles are armed already");
-  if (ls_active && !ls_profiler_ours())
+  if (ls_active && !ls_owned())
     return ls_push_fail(L, "LuaJIT's profiler is in use (restarted by jit.profile or -jp since)");
   if (!ls_active) {
     struct sigaction old;
@@ -592,7 +663,7 @@ static int l_arm(lua_State *L)
     /* "l": a trace exits at its next line change, so a compiled loop's
      * samples name the body's lines (as -jp=l); "f" (function changes
      * only) for measuring */
-    luaJIT_profile_start(L, lua_isstring(L, 4) && lua_tostring(L, 4)[0] == 'f' ? "f" : "l", ls_capture, NULL);
+    luaJIT_profile_start(L, lua_isstring(L, 4) && lua_tostring(L, 4)[0] == 'f' ? "f" : "l", ls_capture, &ls_token);
     memset(&zero, 0, sizeof zero);
     setitimer(ITIMER_PROF, &zero, NULL);     /* its timer never fires */
     if (sigaction(SIGPROF, NULL, &old) < 0 || (old.sa_flags & SA_SIGINFO)
@@ -601,6 +672,7 @@ static int l_arm(lua_State *L)
       return ls_push_fail(L, "luaJIT_profile_start installed no SIGPROF handler");
     }
     ls_ljh = old.sa_handler;
+    ls_ps = ls_find_ps();
     ls_signo = SIGRTMIN + 4;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = ls_handler;
@@ -663,7 +735,7 @@ static int l_disarm(lua_State *L)
      * a default action); LuaJIT's stop restores SIGPROF. Not when
      * jit.profile took the profiler over meanwhile: its profile stays */
     ls_active = 0;
-    if (ls_profiler_ours()) luaJIT_profile_stop(L);
+    if (ls_owned()) luaJIT_profile_stop(L);
   }
   lua_pushboolean(L, 1);
   return 1;
@@ -680,52 +752,131 @@ static void ls_push_stack(lua_State *L, uint32_t id)
   }
 }
 
-/* _private.luasafe_read(slot, nstacks, nchunks [, final]) -> records,
- * stacks (id -> words, the ids above nstacks), chunks (id -> name, above
- * nchunks), stats: records {time, ip, stack, vms, out, leaf, cut} of the
- * signals whose capture is done (all of them when final) */
-static int l_read(lua_State *L)
+/* the distinct samples of one take: a record's key (stack, leaf, cut,
+ * out, whether a trace ran, ip) and how many records had it */
+typedef struct ls_key {
+  uint64_t ip, leaf;
+  uint32_t stack, count;
+  uint8_t cut, out, trace, used;
+} ls_key;
+static ls_key ls_keys[LS_SLOTS];
+static uint32_t ls_khash[2 * LS_SLOTS];   /* key index + 1, or 0 (all 0 between takes) */
+static uint32_t ls_kslot[LS_SLOTS];       /* the ls_khash slot of each key, to clear it */
+static uint32_t ls_order[LS_SLOTS];
+
+static void ls_push_num(lua_State *L, int t, int i, uint64_t v)
+{
+  lua_pushnumber(L, (lua_Number)v);        /* addresses: 47 bits, exact */
+  lua_rawseti(L, t, i);
+}
+
+/* _private.luasafe_take(slot, event, nstacks, nchunks, final, keep) ->
+ * keys, order, stacks, chunks, stats.
+ * Skips the event's ring (its samples counted, its LOST records counted by
+ * the ring code: stats.ring_samples; the sample's ip and time are the
+ * signal's), then takes the signal records whose capture is done (all of
+ * them when final): keys is a flat array, 7 numbers per distinct sample
+ * (stack id or 0, leaf GCfunc or 0, cut, out, trace, ip, count); order
+ * (keep only) the key index of each record in turn; stacks id -> words
+ * for the ids above nstacks, chunks id -> name above nchunks */
+static int l_take(lua_State *L)
 {
   int slot = pe_check_int(L, 1, "slot", 1, LS_MAXP) - 1;
-  uint32_t ks = (uint32_t)pe_check_int(L, 2, "nstacks", 0, 0x7fffffff);
-  uint32_t kc = (uint32_t)pe_check_int(L, 3, "nchunks", 0, 0x7fffffff);
-  int final = lua_toboolean(L, 4);
+  pe_event *ev = pe_to_event(L, 2);
+  uint32_t ks = (uint32_t)pe_check_int(L, 3, "nstacks", 0, 0x7fffffff);
+  uint32_t kc = (uint32_t)pe_check_int(L, 4, "nchunks", 0, 0x7fffffff);
+  int final = lua_toboolean(L, 5), keep = lua_toboolean(L, 6);
   ls_prof *p = &ls_p[slot];
-  uint32_t i, head, n = 0;
+  uint32_t i, head, nk = 0, nr = 0, pending;
+  uint64_t nring = 0;
+  int t;
+  if (ev->fd >= 0 && (ev->scratch || pe_ring_ready(L, ev) || (lua_pop(L, 1), 0))) {
+    const unsigned char *rec;
+    int len;
+    while ((len = pe_ring_next(ev, &rec)) > 0) {
+      struct pe_event_header h;
+      memcpy(&h, rec, sizeof h);
+      if (h.type == PE_RECORD_SAMPLE) nring++;
+    }
+  }
   __atomic_signal_fence(__ATOMIC_ACQUIRE);
   head = p->head;
-  lua_createtable(L, (int)(head - p->tail), 0);
   for (i = p->tail; i != head; i++) {
     ls_rec *r = &p->ring[i % LS_SLOTS];
+    ls_key k;
+    uint32_t h, j;
     if (r->state != LS_DONE && !final) break;
-    lua_createtable(L, 0, 7);
-    pe_push_u64(L, r->time); lua_setfield(L, -2, "time");
-    pe_push_u64(L, r->ip); lua_setfield(L, -2, "ip");
-    lua_pushinteger(L, r->vms); lua_setfield(L, -2, "vms");
-    if (r->state == LS_DONE && r->stack) { lua_pushinteger(L, r->stack); lua_setfield(L, -2, "stack"); }
-    if (r->out) { lua_pushboolean(L, 1); lua_setfield(L, -2, "out"); }
-    if (r->leaf) { pe_push_u64(L, r->leaf); lua_setfield(L, -2, "leaf"); }
-    if (r->cut) { lua_pushboolean(L, 1); lua_setfield(L, -2, "cut"); }
-    lua_rawseti(L, -2, (int)++n);
+    memset(&k, 0, sizeof k);
+    k.ip = r->ip;
+    k.stack = r->state == LS_DONE ? r->stack : 0;
+    k.leaf = r->leaf;
+    k.cut = r->cut;
+    k.out = r->out;
+    k.trace = r->vms >= 0;
+    h = ls_hashw((const uint32_t *)&k, 24 / 4) & (2 * LS_SLOTS - 1);
+    while ((j = ls_khash[h]) != 0) {
+      ls_key *e = &ls_keys[j - 1];
+      if (e->ip == k.ip && e->leaf == k.leaf && e->stack == k.stack && e->cut == k.cut && e->out == k.out
+          && e->trace == k.trace) break;
+      h = (h + 1) & (2 * LS_SLOTS - 1);
+    }
+    if (!j) {
+      k.count = 0;
+      ls_keys[nk] = k;
+      ls_kslot[nk] = h;
+      ls_khash[h] = j = ++nk;
+    }
+    ls_keys[j - 1].count++;
+    if (nr < LS_SLOTS) ls_order[nr] = j;
+    nr++;
   }
   __atomic_signal_fence(__ATOMIC_RELEASE);
   p->tail = i;
+  pending = p->head - i;
+  for (i = 0; i < nk; i++) ls_khash[ls_kslot[i]] = 0;
+  lua_createtable(L, (int)(7 * nk), 0);
+  t = lua_gettop(L);
+  for (i = 0; i < nk; i++) {
+    ls_key *e = &ls_keys[i];
+    ls_push_num(L, t, (int)(7 * i + 1), e->stack);
+    ls_push_num(L, t, (int)(7 * i + 2), e->leaf);
+    ls_push_num(L, t, (int)(7 * i + 3), e->cut);
+    ls_push_num(L, t, (int)(7 * i + 4), e->out);
+    ls_push_num(L, t, (int)(7 * i + 5), e->trace);
+    ls_push_num(L, t, (int)(7 * i + 6), e->ip);
+    ls_push_num(L, t, (int)(7 * i + 7), e->count);
+  }
+  lua_createtable(L, keep ? (int)nr : 0, 0);
+  t = lua_gettop(L);
+  if (keep) for (i = 0; i < nr; i++) ls_push_num(L, t, (int)i + 1, ls_order[i]);
   lua_createtable(L, 0, 0);
   for (i = ks + 1; i <= ls_nstacks; i++) { ls_push_stack(L, i); lua_rawseti(L, -2, (int)i); }
   lua_createtable(L, 0, 0);
   for (i = kc + 1; i <= ls_nchunks; i++) { lua_pushstring(L, ls_chunks[i - 1]); lua_rawseti(L, -2, (int)i); }
-  lua_createtable(L, 0, 8);
+  lua_createtable(L, 0, 14);
   lua_pushinteger(L, ls_nstacks); lua_setfield(L, -2, "nstacks");
   lua_pushinteger(L, ls_nchunks); lua_setfield(L, -2, "nchunks");
-  pe_push_u64(L, ls_ns); lua_setfield(L, -2, "capture_ns");
-  pe_push_u64(L, ls_ncap); lua_setfield(L, -2, "captures");
-  pe_push_u64(L, ls_njoin); lua_setfield(L, -2, "joined");
-  pe_push_u64(L, ls_nunjoined); lua_setfield(L, -2, "unjoined");
+  lua_pushnumber(L, (lua_Number)ls_ns); lua_setfield(L, -2, "capture_ns");
+  lua_pushnumber(L, (lua_Number)ls_ncap); lua_setfield(L, -2, "captures");
+  lua_pushnumber(L, (lua_Number)ls_ncapslow); lua_setfield(L, -2, "captures_slow");
+  lua_pushnumber(L, (lua_Number)ls_hns); lua_setfield(L, -2, "handler_ns");
+  lua_pushnumber(L, (lua_Number)ls_nh); lua_setfield(L, -2, "handlers");
+  lua_pushnumber(L, (lua_Number)ls_nhslow); lua_setfield(L, -2, "handlers_slow");
+  lua_pushnumber(L, (lua_Number)ls_njoin); lua_setfield(L, -2, "joined");
+  lua_pushnumber(L, (lua_Number)ls_nunjoined); lua_setfield(L, -2, "unjoined");
+  lua_pushnumber(L, (lua_Number)nring); lua_setfield(L, -2, "ring_samples");
+  lua_pushnumber(L, (lua_Number)(ev->lost + ev->lost_samples)); lua_setfield(L, -2, "lost");
+  lua_pushinteger(L, (lua_Integer)nr); lua_setfield(L, -2, "records");
+  lua_pushinteger(L, (lua_Integer)pending); lua_setfield(L, -2, "pending");
   lua_pushinteger(L, p->dropped); lua_setfield(L, -2, "dropped");
   lua_pushinteger(L, (lua_Integer)ls_throttled); lua_setfield(L, -2, "throttled");
+  /* once a drain: the check the handler makes with its three loads,
+   * here with the two syscalls too when the state was found (a LuaJIT
+   * whose ProfileState is not as lj_profile.c has it) */
+  if (ls_active && ls_ps && !ls_profiler_ours()) ls_ps = 0;
   /* the last profile's last read: the interned stacks go (ids restart) */
   if (final && !ls_any_on() && !ls_active) ls_forget();
-  return 4;
+  return 5;
 }
 
 /* _private.luasafe_here([resume, wrapped]) -> words, chunks: the stack of
@@ -757,11 +908,14 @@ static int l_here(lua_State *L)
   return 2;
 }
 
-/* _private.luasafe_stats() -> {throttled=, late=}: SIGIOs taken (the
- * kernel could not queue the signal) and signals for no armed profile */
+/* _private.luasafe_stats() -> {throttled=, late=, state=}: SIGIOs taken
+ * (the kernel could not queue the signal), signals for no armed profile,
+ * and whether the handler checks LuaJIT's profiler state (true) or makes
+ * the two syscalls (false) */
 static int l_stats(lua_State *L)
 {
-  lua_createtable(L, 0, 2);
+  lua_createtable(L, 0, 3);
+  lua_pushboolean(L, ls_ps != 0); lua_setfield(L, -2, "state");
   lua_pushinteger(L, (lua_Integer)ls_throttled); lua_setfield(L, -2, "throttled");
   lua_pushinteger(L, (lua_Integer)ls_late); lua_setfield(L, -2, "late");
   return 1;
@@ -785,7 +939,7 @@ static int l_needs(lua_State *L)
 }
 #define l_arm l_needs
 #define l_disarm l_needs
-#define l_read l_needs
+#define l_take l_needs
 #define l_here l_needs
 #define l_forget l_needs
 #define l_stats l_needs
@@ -795,7 +949,7 @@ static int l_needs(lua_State *L)
 void pe_open_luasafe(lua_State *L)
 {
   static const luaL_Reg fns[] = {
-    {"luasafe_arm", l_arm}, {"luasafe_disarm", l_disarm}, {"luasafe_read", l_read},
+    {"luasafe_arm", l_arm}, {"luasafe_disarm", l_disarm}, {"luasafe_take", l_take},
     {"luasafe_here", l_here}, {"luasafe_forget", l_forget}, {"luasafe_stats", l_stats}, {NULL, NULL}
   };
   pe_push_private(L, lua_gettop(L));

@@ -46,5 +46,6 @@ int pe_l_decode_record(lua_State *L);
 
 /* ring.c: next record of ev's ring (see ring.c), for the LuaJIT fast path */
 int pe_ring_next(pe_event *ev, const unsigned char **rec);
+int pe_ring_ready(lua_State *L, pe_event *ev);   /* ring.c: the state pe_ring_next needs */
 
 #endif /* PE_RECORDS_H */

@@ -241,6 +241,13 @@ corrupt:
   return -1;
 }
 
+/* Makes ev's ring state for pe_ring_next (the LuaJIT safe-point drain
+ * reads the ring from C): 1, or 0 with the reason pushed. */
+int pe_ring_ready(lua_State *L, pe_event *ev)
+{
+  return get_state(L, ev) != NULL;
+}
+
 /* decodes rec from ev's ring and pushes the record; raises on failure */
 static int push_record(lua_State *L, pe_event *ev, ring_state *st,
                        const unsigned char *rec, size_t len)

@@ -406,6 +406,35 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     assert.equal(10000, p.freq)
   end)
 
+  it("gives LuaJIT's profiler up to a jit.profile started later, without a crash after its stop", function()
+    local profile = require("jit.profile")
+    local LP = pe.core._private
+    local p = assert(pe.profile.start({ freq = 999 }))
+    finally(function() profile.stop() p:stop() end)
+    assert.equal("safepoint", p.walk)
+    -- the handler checks LuaJIT's ProfileState, no syscall per signal
+    assert.is_true(LP.luasafe_stats().state, "LuaJIT's profiler state not found: the syscall check runs")
+    local t0 = clock()
+    while clock() - t0 < 0.1 do sp_lua(100000) end
+    local got = 0
+    profile.start("f", function(_, samples) got = got + samples end)
+    -- what was captured before; a capture pending now goes to jit.profile's callback
+    p:drain()
+    local n0, safe0 = p.nsamples, p.nsafe
+    assert.is_true(safe0 > 0, "no captured stack before jit.profile")
+    t0 = clock()
+    while clock() - t0 < 0.1 do sp_lua(100000) end
+    profile.stop()
+    -- LuaJIT's state is cleared now: calling its handler would crash
+    t0 = clock()
+    while clock() - t0 < 0.1 do sp_lua(100000) end
+    p:stop()
+    assert.is_true(got > 0, "jit.profile got no sample")
+    assert.is_true(p.nsamples - n0 >= 60, (p.nsamples - n0) .. " samples after jit.profile started")
+    -- ours keep their C leaf only from then on
+    assert.equal(0, p.nsafe - safe0, "captured stacks after jit.profile started")
+  end)
+
   it("reports the capture's own cost per sample", function()
     local p = check_shares({ { "sp_sort", sp_sort, 20000 } }, 0.3)
     assert.is_true(p.captures > 0)

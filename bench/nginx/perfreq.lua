@@ -418,10 +418,17 @@ function M.stats() return totals, group, always end
 
 --- Content handler (/perf/always?stats=1): what the always-on Lua-level
 -- profile cost: samples, CPU time of the timer's drains (resolution and
--- folding) and of the signal-time stack walks, per sample; its distinct
+-- folding) and of the stack taking in the signal, per sample: with the
+-- signal-time walk (walk=signal) the handler's walk; with the safe point
+-- (walk=safepoint, LuaJIT's default) the handler's own time plus the
+-- capture's (also given apart, handler_us and capture_us); its distinct
 -- stacks; the Lua heap of the worker; the traces compiled and the JIT
 -- flushes since it started, or since the last `&reset=1` (which zeroes
 -- these figures once printed; the stacks stay).
+local function walk_figures(p)
+  return { walk_ns = p.walk_ns or 0, handler_ns = p.handler_total_ns or 0, capture_ns = p.capture_total_ns or 0 }
+end
+
 function M.sampler_stats()
   ngx.header.content_type = "text/plain"
   local p = always_lua
@@ -429,16 +436,35 @@ function M.sampler_stats()
   local z = stats_zero
   local ns = p.nsamples - (z.nsamples or 0)
   local n = math.max(ns, 1)
+  local w, wz = walk_figures(p), z.walk or walk_figures({})
+  local h, c = (w.handler_ns - wz.handler_ns) / 1e3 / n, (w.capture_ns - wz.capture_ns) / 1e3 / n
+  local walk = p.walk == "safepoint" and h + c or (w.walk_ns - wz.walk_ns) / 1e3 / n
   ngx.say(string.format("samples %d lost %d stacks %d drains %d drain_us_per_sample %.2f" ..
-                        " walk_us_per_sample %.2f lua_heap_kb %d traces %d jit_flushes %d",
+                        " walk_us_per_sample %.2f lua_heap_kb %d traces %d jit_flushes %d" ..
+                        " walk %s handler_us %.2f capture_us %.2f",
                         ns, p.lost - (z.lost or 0), p.nstacks or 0, drains, drain_cpu * 1e6 / n,
-                        ((p.walk_ns or 0) - (z.walk_ns or 0)) / 1e3 / n, collectgarbage("count"),
-                        (p.reg and p.reg.ntraces or 0) - (z.ntraces or 0), p.reg and p.reg.nflush or 0))
+                        walk, collectgarbage("count"),
+                        (p.reg and p.reg.ntraces or 0) - (z.ntraces or 0), p.reg and p.reg.nflush or 0,
+                        tostring(p.walk), h, c))
+  if p.safe then ngx.say("distinct samples per drain ", p.safe.nkeys, ", resolved ", p.safe.nresolved) end
+  if p.walk ~= "safepoint" and p.stacks_reason then ngx.say("why not the safe point: ", p.stacks_reason) end
   if ngx.var.arg_reset == "1" then
     -- the figures from now on (after a warm-up, whose first drains read
-    -- the symbol tables of nginx and its libraries)
+    -- the symbol tables of nginx and its libraries). A file's symbols are
+    -- read once per worker, at the first sample in it: the ones the
+    -- warm-up did not meet are read now, timed, so that no round pays it
+    local t0, nf = os.clock(), 0
+    local f = io.open("/proc/self/maps")
+    if f then
+      for line in f:lines() do
+        local perms, path = line:match("^%x+%-%x+ (%S+) %x+ %S+ %d+%s*(/.*)$")
+        if perms and perms:sub(3, 3) == "x" then symbols.elf(path) nf = nf + 1 end
+      end
+      f:close()
+    end
     if p.running then p:drain() end
-    stats_zero = { nsamples = p.nsamples, lost = p.lost, walk_ns = p.walk_ns,
+    ngx.say(string.format("symbol tables of %d mapped files made ready in %.1f ms", nf, (os.clock() - t0) * 1e3))
+    stats_zero = { nsamples = p.nsamples, lost = p.lost, walk = walk_figures(p),
                    ntraces = p.reg and p.reg.ntraces }
     drain_cpu, drains = 0, 0
   end

@@ -25,9 +25,18 @@ end
 
 local info_ids, next_info_id = setmetatable({}, { __mode = "k" }), 0
 
--- folds one resolved sample into self.counts: the key tells apart what
--- aggregate's options may keep apart (line, trace), and is cheap to build
-function Profile:_count(frames)
+local ckeys = setmetatable({}, { __mode = "k" })   -- frames -> their key, for frames counted again
+
+-- folds one resolved sample (n of them) into self.counts: the key tells
+-- apart what aggregate's options may keep apart (line, trace), and is
+-- cheap to build
+function Profile:_count(frames, n)
+  n = n or 1
+  local k = ckeys[frames]
+  if k then
+    local e = self.counts[k]
+    if e then e.count = e.count + n return end
+  end
   local parts = {}
   for i = 1, #frames do
     local f = frames[i]
@@ -39,10 +48,11 @@ function Profile:_count(frames)
       parts[i] = (f.caller and "@" or "") .. id .. ":" .. (f.line or "") .. ":" .. (f.trace or "")
     end
   end
-  local k = concat(parts, ";", 1, #frames) .. "/" .. (frames.nleaf or "")
+  k = concat(parts, ";", 1, #frames) .. "/" .. (frames.nleaf or "")
+  ckeys[frames] = k
   local e = self.counts[k]
-  if e then e.count = e.count + 1
-  else self.counts[k] = { frames = frames, count = 1 }; self.nstacks = self.nstacks + 1 end
+  if e then e.count = e.count + n
+  else self.counts[k] = { frames = frames, count = n }; self.nstacks = self.nstacks + 1 end
 end
 
 -- an aggregated profile sees the same C addresses again and again (a

@@ -144,6 +144,18 @@ function Profile:drain()
   if not self.sym then
     self.sym = pe_module().symbols.new({ kernel = false, offsets = true })
   end
+  if self.safe then
+    -- the safe point reads /proc/self/maps once, and again only when an
+    -- address falls in no known mapping (safepoint.lua's ip_sym): in nginx
+    -- a reread cost several ms
+    if not self.maps_t then
+      if self.keep == false then self.sym = self:_memo_sym() end
+      self.sym:load_maps("self")
+      self.maps_t = now()
+    end
+    require("perf_event.profile.safepoint").drain(self, not self.running)
+    return self
+  end
   local t_drain = self.keep == false and now()
   -- reading /proc/self/maps costs ~0.5 ms: an always-on (keep=false)
   -- profile drained often rereads it every 10 s only
@@ -153,10 +165,6 @@ function Profile:drain()
     self.maps_t = t_drain or nil
   end
   if self.hook then self:_hook_drain(not self.running) return self end
-  if self.safe then
-    require("perf_event.profile.safepoint").drain(self, not self.running)
-    return self
-  end
   local samples = self.samples
   local sigs, si = nil, 1
   if self.stacks then

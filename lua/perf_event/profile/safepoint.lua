@@ -6,24 +6,24 @@
 -- the handler arms LuaJIT's profiler hook, and the VM calls the capture at
 -- its next instruction (a trace exits at its next line check): the capture
 -- walks the frames there, interns the stack and gives its id to the
--- signal's record. `drain` pairs each ring sample with its signal's record
--- (same ip, the signal at most 10 ms after the sample) and turns the
--- stack into profile frames: `{lua=info, line=}` and `{c=name}` for the C
+-- signal's record. `drain` takes the signals' records (each has its
+-- sample's ip; the ring's samples are only counted) and turns each
+-- distinct (stack, leaf, ip) into profile frames: `{lua=info, line=}` and `{c=name}` for the C
 -- functions on the stack (table.sort, pcall, ...) and for a C function the
 -- signal found running (string.format), root first. A coroutine's frames
 -- come under the frames of the code that resumed it.
 -- @module perf_event.profile.safepoint
 
-local tostring, tonumber, ipairs, pairs, format, floor, sort, concat, remove =
-  type, tonumber, ipairs, pairs, string.format, math.floor, table.sort, table.concat, table.remove
+local tostring, ipairs, pairs, format, floor, sort, concat, remove =
+  tostring, ipairs, pairs, string.format, math.floor, table.sort, table.concat, table.remove
 local debug, coroutine, require, rawget, pcall, error = debug, coroutine, require, rawget, pcall, error
 
 local M = {}
 
-local WINDOW = 1e7      -- ns: a signal later than this after a sample is not its own
 local FLAG_TRUNC, FLAG_UNJOINED = 1, 2
 
 local jit = rawget(_G, "jit")
+local now = require("perf_event.profile.raw").now
 
 local function core_private()
   return require("perf_event").core._private
@@ -60,13 +60,15 @@ local function levels(level, th)
   return out
 end
 
--- nil when same, else the first difference
-local function compare(got, want, what)
-  if #got ~= #want then
+-- nil when same, else the first difference; prefix: got may go on
+-- (the self-test runs in a coroutine: the capture joins the frames of the
+-- threads that resumed it, which debug.getinfo does not see)
+local function compare(got, want, what, prefix)
+  if #got ~= #want and not (prefix and #got > #want) then
     return format("%s: %d frames, debug.getinfo has %d", what, #got, #want)
   end
-  for i, g in ipairs(got) do
-    local w = want[i]
+  for i = 1, #want do
+    local g, w = got[i], want[i]
     if (g.c ~= nil) ~= (w.c ~= nil) then return format("%s: frame %d is %s, debug.getinfo says %s", what, i,
                                                         g.c and "C" or "Lua", w.c and "C" or "Lua") end
     if not g.c and (g.source ~= w.source or g.linedefined ~= w.linedefined or g.currentline ~= w.currentline) then
@@ -108,8 +110,8 @@ local function st_loop()
   return g, w
 end
 local function st_co(wrap)
-  local co_g, co_w
-  local body = function() co_g, co_w = here(), levels(1) coroutine.yield() end
+  local co_g, co_w, co_flags
+  local body = function() co_g, co_flags = here() co_w = levels(1) coroutine.yield() end
   local outer   -- the resumer's frames, at the line that resumes
   if wrap then local f = coroutine.wrap(body) outer = levels(1) f() else
     local co = coroutine.create(body) outer = levels(1) coroutine.resume(co) end
@@ -117,6 +119,11 @@ local function st_co(wrap)
   -- then the resumer's (whose line is the resume's)
   local want = {}
   for _, f in ipairs(co_w) do want[#want + 1] = f end
+  -- run in a coroutine resumed from C (an nginx request's), the chain of
+  -- resumers from the main thread breaks there: the coroutine's own
+  -- frames come alone, marked (frames.unjoined)
+  local _, ismain = coroutine.running()
+  if not ismain and floor(co_flags / FLAG_UNJOINED) % 2 == 1 then return co_g, want end
   want[#want + 1] = { c = true }
   for _, f in ipairs(outer) do want[#want + 1] = f end
   return co_g, want
@@ -137,7 +144,13 @@ function M.selftest()
     selftest_result = { ok = false, reason = "no luasafe in the core" }
     return selftest_result
   end
-  here_args = { coroutine.resume, coroutine.wrap(function() end) }
+  -- where the coroutine API is refused (nginx's init_worker_by_lua), the
+  -- self-test fails without being remembered: a later start elsewhere
+  -- (a request handler, a timer) runs it again
+  local okw, wrapped = pcall(coroutine.wrap, function() end)
+  local okr, running, ismain = pcall(coroutine.running)
+  if not (okw and okr) then return { ok = false, reason = "self-test: " .. tostring(okw and running or wrapped) } end
+  here_args = { coroutine.resume, wrapped }
   local cases = { nested = st_mid, pcall = st_pcall, sort = st_sort, loop = st_loop,
                   coroutine = function() return st_co(false) end, wrap = function() return st_co(true) end }
   local names, checked = {}, 0
@@ -148,9 +161,9 @@ function M.selftest()
     if not ok then selftest_result = { ok = false, reason = "self-test " .. k .. ": " .. tostring(g) } break end
     -- the capture goes to the root thread; debug.getinfo's outermost
     -- levels below the script (busted's, the interpreter's) are the same
-    local why = compare(g, w, k)
+    local why = compare(g, w, k, not ismain)
     if why then selftest_result = { ok = false, reason = "self-test " .. why } break end
-    checked = checked + #g
+    checked = checked + #w
   end
   LP.luasafe_forget()
   selftest_result = selftest_result or { ok = true, checked = checked }
@@ -167,8 +180,8 @@ function M.arm(p, lj_mode)
   local LP = core_private()
   local slot, err = LP.luasafe_arm(p.ev:fd(), coroutine.resume, here_args[2], lj_mode)
   if not slot then return nil, err end
-  p.safe = { slot = slot, nstacks = 0, nchunks = 0, stacks = {}, chunks = {}, frames = {}, q = {}, qi = 1,
-             wait = {}, ipc = {}, nipc = 0 }
+  p.safe = { slot = slot, nstacks = 0, nchunks = 0, stacks = {}, chunks = {}, frames = {}, ipc = {}, nipc = 0,
+             rcache = {}, nrcache = 0, byk = {}, nkeys = 0, nresolved = 0 }
   return true
 end
 
@@ -179,6 +192,25 @@ function M.disarm(p, open)
 end
 
 -- ---------------------------------------------------------------- drain
+
+local MAPS_EVERY = 1e9   -- ns: /proc/self/maps reread at most this often
+
+-- p.sym:lookup(a), the maps read again (at most once a second) when a is
+-- in no mapping known (a library loaded since)
+local function lookup(p, a)
+  local name, off, module = p.sym:lookup(a)
+  if module == nil then
+    local t = now()
+    if t - (p.maps_t or 0) > MAPS_EVERY then
+      if p.keep == false then p.sym = p:_memo_sym() end
+      p.sym:load_maps("self")
+      p.maps_t = t
+      p.safe.ipc, p.safe.nipc = {}, 0
+      name, off, module = p.sym:lookup(a)
+    end
+  end
+  return name, off, module
+end
 
 -- the profile's name for the C function or builtin at GCfunc address a
 -- (lua_CFunction cf when known)
@@ -200,7 +232,7 @@ local function c_name(p, a, cf, ffid)
   if n then return n end
   if ffid then return "builtin#" .. ffid end
   if cf and cf ~= 0 and p.sym then
-    local name, _, module = p.sym:lookup(cf)
+    local name, _, module = lookup(p, cf)
     if module and name:find("+0x", 1, true) then name = "[" .. module .. "]" end
     if name then return name end
   end
@@ -245,7 +277,7 @@ local function ip_sym(p, ip)
   local e = s.ipc[ip]
   if not e then
     if s.nipc >= 4096 then s.ipc, s.nipc = {}, 0 end
-    local name, _, module = p.sym:lookup(ip)
+    local name, _, module = lookup(p, ip)
     e = { name, module }
     s.ipc[ip], s.nipc = e, s.nipc + 1
   end
@@ -270,11 +302,11 @@ local function c_leaf(p, ip)
   return { c = name, addr = ip, module = module }
 end
 
--- the frames of one sample
-local function resolve(p, rec, sig)
-  local ip = tonumber(rec.ip)
-  local id = sig and sig.stack
-  if not id then
+-- the frames of one distinct sample: its ip, its stack id (0: none), the
+-- builtin or C function the signal found running (0: none; cut: its frame
+-- ends the stack), whether a trace ran (trace, 1)
+local function resolve(p, ip, id, leafa, cut, trace)
+  if id == 0 then
     local fr = { c_leaf(p, ip) }
     fr.nleaf = 1
     return fr
@@ -285,86 +317,104 @@ local function resolve(p, rec, sig)
     fr.nleaf = 1
     return fr
   end
-  local leaf = sig.leaf and not sig.cut
+  local leaf = leafa ~= 0 and cut == 0
   local name, module = ip_sym(p, ip)
-  -- in a trace (vmstate >= 0), LuaJIT's own code is a helper the trace
-  -- called (string formatting, table resizing): kept as the leaf
-  local vm = in_vm(name, module) and not (sig.vms >= 0 and is_file(module))
+  -- in a trace, LuaJIT's own code is a helper the trace called (string
+  -- formatting, table resizing): kept as the leaf
+  local vm = in_vm(name, module) and not (trace == 1 and is_file(module))
   if not leaf and vm then return fr end
   local out = {}
   for i = 1, #fr do out[i] = fr[i] end
   out.truncated, out.unjoined = fr.truncated, fr.unjoined
   local n = 0
-  if leaf then out[#out + 1] = { c = c_name(p, tonumber(sig.leaf)), builtin = true } n = 1 end
+  if leaf then out[#out + 1] = { c = c_name(p, leafa), builtin = true } n = 1 end
   if not vm then out[#out + 1] = c_leaf(p, ip) n = n + 1 end
   out.nleaf = n
   return out
 end
 
---- Reads the signals' records and the ring's samples, pairs them and adds
--- each sample's frames to p (p:_count for keep=false).
+local RCACHE_MAX = 4096   -- distinct samples whose frames a profile remembers
+
+-- the frames of a distinct sample, remembered per profile (bounded): by
+-- ip, then by stack id, cut and trace in one number, then (rarely) by the
+-- running function the signal found; numbers only, no string is made
+local function frames_of(p, s, id, leafa, cut, trace, ip)
+  local rc = s.rcache
+  local byip = rc[ip]
+  if not byip then
+    if s.nrcache >= RCACHE_MAX then rc, s.nrcache = {}, 0 s.rcache = rc end
+    byip = {}
+    rc[ip] = byip
+  end
+  local k = id * 4 + cut * 2 + trace
+  local fr
+  if leafa ~= 0 then
+    local byleaf = byip[-1 - k]
+    if not byleaf then byleaf = {} byip[-1 - k] = byleaf end
+    fr = byleaf[leafa]
+    if not fr then
+      fr = resolve(p, ip, id, leafa, cut, trace)
+      byleaf[leafa], s.nrcache, s.nresolved = fr, s.nrcache + 1, s.nresolved + 1
+    end
+  else
+    fr = byip[k]
+    if fr then return fr end
+    fr = resolve(p, ip, id, leafa, cut, trace)
+    byip[k], s.nrcache, s.nresolved = fr, s.nrcache + 1, s.nresolved + 1
+  end
+  return fr
+end
+
+--- Takes the signals' records (the ring's samples are only counted: each
+-- signal has the sample's ip and time) and adds each sample's frames to
+-- p, once per distinct sample of this drain (p:_count with its count for
+-- keep=false). No pairs() here: a drain may run from a __gc (LuaJIT
+-- bug #1000).
 function M.drain(p, final)
   local s = p.safe
-  local LP = core_private()
-  local recs, stacks, chunks, stats = LP.luasafe_read(s.slot, s.nstacks, s.nchunks, final)
-  for id, w in pairs(stacks) do s.stacks[id] = w end
-  for id, c in pairs(chunks) do s.chunks[id] = c end
-  s.nstacks, s.nchunks = stats.nstacks, stats.nchunks
-  p.capture_total_ns, p.captures = tonumber(stats.capture_ns), tonumber(stats.captures)
+  local keep = p.keep ~= false
+  local keys, order, stacks, chunks, st = core_private().luasafe_take(s.slot, p.ev, s.nstacks, s.nchunks, final,
+                                                                      keep)
+  for id = s.nstacks + 1, st.nstacks do s.stacks[id] = stacks[id] end
+  for id = s.nchunks + 1, st.nchunks do s.chunks[id] = chunks[id] end
+  s.nstacks, s.nchunks = st.nstacks, st.nchunks
+  p.capture_total_ns, p.captures, p.captures_slow = st.capture_ns, st.captures, st.captures_slow
   p.capture_ns = p.captures > 0 and p.capture_total_ns / p.captures or 0
-  p.sig_dropped, p.sig_throttled = stats.dropped, stats.throttled
-  p.nsigs = (p.nsigs or 0) + #recs
-  local q = s.q
-  for _, r in ipairs(recs) do
-    r.time, r.ip = tonumber(r.time), tonumber(r.ip)
-    q[#q + 1] = r
+  p.handler_total_ns, p.handlers, p.handlers_slow = st.handler_ns, st.handlers, st.handlers_slow
+  p.handler_ns = p.handlers > 0 and p.handler_total_ns / p.handlers or 0
+  p.sig_dropped, p.sig_throttled = st.dropped, st.throttled
+  p.lost = st.lost
+  p.nring = (p.nring or 0) + st.ring_samples
+  p.nsigs = (p.nsigs or 0) + st.records
+  local samples, byk = p.samples, s.byk
+  s.nkeys = s.nkeys + #keys / 7
+  local nsafe = p.nsafe or 0
+  for i = 1, #keys, 7 do
+    local id, cnt = keys[i], keys[i + 6]
+    local fr = frames_of(p, s, id, keys[i + 1], keys[i + 2], keys[i + 4], keys[i + 5])
+    if id ~= 0 then nsafe = nsafe + cnt end
+    if keep then byk[(i + 6) / 7] = fr else p:_count(fr, cnt) end
   end
-  local wait = s.wait
-  for rec in p.ev:records() do
-    if rec.type == "sample" then wait[#wait + 1] = rec
-    elseif rec.type == "lost" or rec.type == "lost_samples" then
-      p.lost = p.lost + (tonumber(rec.lost) or 0)
-    end
+  if keep then for j = 1, #order do samples[#samples + 1] = byk[order[j]] end end
+  p.nsafe, p.npaired = nsafe, p.nsigs
+  p.nsamples = p.nsigs
+  -- a sample whose signal never came (the kernel could not queue it, or
+  -- the record ring was full): counted once the ring holds more samples
+  -- than the signals, the ones still waiting for their capture aside
+  local missing = p.nring - p.nsigs - st.pending - (s.nmissing or 0)
+  if missing > 0 then
+    s.nmissing = (s.nmissing or 0) + missing
+    local fr = s.nosig or { { c = "[no signal]" }, nleaf = 1 }
+    s.nosig = fr
+    if keep then for _ = 1, missing do samples[#samples + 1] = fr end else p:_count(fr, missing) end
   end
-  local qi, k, keep = s.qi, 1, p.keep ~= false
-  local samples = p.samples
-  local last = q[#q]
-  while k <= #wait do
-    local rec = wait[k]
-    local t, ip = tonumber(rec.time), tonumber(rec.ip)
-    while q[qi] and q[qi].time < t do qi = qi + 1 end
-    local sig
-    for j = qi, qi + 3 do
-      local g = q[j]
-      if not g or g.time - t >= WINDOW then break end
-      if g.ip == ip then sig = g qi = j + 1 break end
-    end
-    if not sig and not final and (not last or last.time < t + WINDOW) then break end
-    local fr = resolve(p, rec, sig)
-    p.nsamples = p.nsamples + 1
-    if sig then p.npaired = (p.npaired or 0) + 1 end
-    if sig and sig.stack then p.nsafe = (p.nsafe or 0) + 1 end
-    if not sig and os.getenv("LS_DEBUG") then
-      io.stderr:write(("unpaired t=%d ip=%x; near:"):format(t, ip))
-      for j = qi - 2, qi + 2 do local g = q[j] if g then io.stderr:write((" [%d %x]"):format(g.time - t, g.ip)) end end
-      io.stderr:write("\n")
-    end
-    if keep then samples[#samples + 1] = fr else p:_count(fr) end
-    k = k + 1
-  end
-  -- what is left waits for the next drain
-  local rest = {}
-  for i = k, #wait do rest[#rest + 1] = wait[i] end
-  s.wait = rest
-  local qrest = {}
-  for i = qi, #q do qrest[#qrest + 1] = q[i] end
-  s.q, s.qi = qrest, 1
+  p.nsamples = p.nsigs + (s.nmissing or 0)
 end
 
 -- the functions of a drain, for profile.lua's jit.off of an aggregated
 -- profile's drain (see M.start there)
 function M.drain_fns()
-  return { M.drain, resolve, stack_frames, ip_sym, c_leaf, in_vm, is_file, c_name, u64 }
+  return { M.drain, resolve, frames_of, stack_frames, ip_sym, lookup, c_leaf, in_vm, is_file, c_name, u64 }
 end
 
 --- What a stack id stands for (tests): its frames' text, root first.
