@@ -12,10 +12,12 @@
  *   fast.c                 the pe_fast_* FFI entry points
  *   perfdata.c             perf.data helpers: raw ring records, LE packing, build-ids
  *   event.c                event methods, ioctls, reads, the event metatable
+ *   luasafe.c              the safe-point stacks (pe.profile on LuaJIT): skims
+ *                          the sample ring through ring.c
  *   ring.c                 ring drain, records, AUX (methods added by event.c)
- *   group.c userpage.c luaprof.c luasafe.c  groups; the user-page (rdpmc)
- *                          read, time_conv; the LuaJIT stack walk and the
- *                          safe-point stacks (pe.profile)
+ *   group.c userpage.c luaprof.c  groups; the user-page (rdpmc) read,
+ *                          time_conv; the LuaJIT signal-time stack walk
+ *                          (pe.profile, walk="signal")
  *   luahook.c              the PUC Lua count hook's stacks (pe.profile)
  *   lifecycle.c            open, close/gc, fork generation, mmap, accessors
  *   layouts.c spawn.c dir.c  shared-ring decode layouts (E6); spawn/wait;
