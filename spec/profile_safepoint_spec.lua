@@ -321,12 +321,15 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
         local l = tonumber(profile.dumpstack(th, "l", 1):match(":(%d+)$"))
         if l then jp[l] = (jp[l] or 0) + samples end
       end)
+      -- (jit.profile's ITIMER_PROF ticks about every 4 ms here: 1 s a round
+      -- gives it ~1000 samples in all, ~600 with 0.6 s, where two runs of the
+      -- same loop once came 5.8 points apart)
       local t0 = clock()
-      while clock() - t0 < 0.6 do sp_lines(100000) end
+      while clock() - t0 < 1.0 do sp_lines(100000) end
       profile.stop()
       local p = assert(pe.profile.start({ freq = 999 }))
       t0 = clock()
-      while clock() - t0 < 0.3 do sp_lines(100000) end
+      while clock() - t0 < 0.5 do sp_lines(100000) end
       p:stop()
       for _, fr in ipairs(p.samples) do
         local f = fr[#fr]

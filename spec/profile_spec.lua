@@ -396,16 +396,21 @@ describe("pe.profile", function()
     p:stop()
     -- samples in the VM outside ff_caller's bytecode (the builtin) whose
     -- walk from rdx names ff_caller's call line
+    -- (with the safe point the builtin the signal found becomes the leaf of
+    -- the stack captured at the next instruction: after a return and a new
+    -- call of ff_caller that is its first line, once in a while under ASan)
     local line = debug.getinfo(ff_caller, "S").linedefined + 2
-    local under = 0
+    local under, at_call = 0, 0
     for _, frames in ipairs(p.samples) do
       local n = #frames
       if frames[n].c and n >= 2 and frames[n - 1].lua and frames[n - 1].lua.name == "ff_caller" then
-        assert.equal(line, frames[n - 1].line)
+        assert.is_true(frames[n - 1].line == line or frames[n - 1].line == line - 1, frames[n - 1].line)
         under = under + 1
+        if frames[n - 1].line == line then at_call = at_call + 1 end
       end
     end
     assert.is_true(under >= 0.05 * p.nsamples, under .. " of " .. p.nsamples)
+    assert.is_true(at_call >= 0.95 * under, at_call .. " of " .. under .. " at the call line")
     local top = p:top(1)[1]
     assert.matches("^ff_caller@", top.name)
     assert.is_true(top.share >= 85, top.share)
