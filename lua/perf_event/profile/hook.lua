@@ -14,7 +14,6 @@
 
 local tonumber, ipairs, require = tonumber, ipairs, require
 local _VERSION = _VERSION
-local format, floor = string.format, math.floor
 
 local proto_info = require("perf_event.profile.naming").proto_info
 
@@ -41,24 +40,6 @@ function M.hook_kind(opts)
 end
 
 local hook_kind = M.hook_kind
-
--- a signal per sample: above MAX_HOOK_HZ the deliveries cost more than the
--- work sampled (at 50 kHz this VM ran 19x slower, at 100 kHz it never
--- finished). A clock is sampled at MAX_HOOK_HZ instead; `p.rate_note` says so.
-local MAX_HOOK_HZ = 10000
-function M.hook_rate(p, spec, opts)
-  local clock = p.event == "cpu-clock" or p.event == "task-clock"
-  local min_period = floor(1e9 / MAX_HOOK_HZ)
-  if opts.period and clock and opts.period < min_period then
-    spec.sample_period = min_period
-    p.rate_note = format("period %d ns is under the %d ns a signal per sample allows in hook mode: sampled every %d ns",
-                         opts.period, min_period, min_period)
-  elseif not opts.period and (opts.freq or 999) > MAX_HOOK_HZ then
-    spec.sample_freq = MAX_HOOK_HZ
-    p.rate_note = format("freq %d is above the %d samples/s a signal per sample allows in hook mode: sampled at %d/s",
-                         opts.freq, MAX_HOOK_HZ, MAX_HOOK_HZ)
-  end
-end
 
 -- sets the hook (p.mode becomes "c", with the reason, when it cannot)
 function M.hook_start(p, LP, opts)

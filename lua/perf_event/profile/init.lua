@@ -214,10 +214,12 @@ function M.start(opts)
   local hz0 = opts.period and (p.event == "cpu-clock" or p.event == "task-clock") and 1e9 / opts.period
               or not opts.period and (opts.freq or 999)
   -- a signal per sample: a clock faster than MAX_WALK_HZ is sampled at
-  -- MAX_WALK_HZ, as PUC Lua's hook mode does (at 100 kHz this VM's timer
-  -- interrupts alone made a LuaJIT loop 18x slower; at 10 kHz, 1.4x)
-  if jit and opts.lua ~= false and opts.stacks ~= false and opts.walk ~= "signal" and not opts.perfmap
-     and hz0 and hz0 > MAX_WALK_HZ then
+  -- MAX_WALK_HZ, on LuaJIT's safe point and PUC Lua's hook mode alike (at
+  -- 100 kHz this VM's timer interrupts alone made a LuaJIT loop 18x slower,
+  -- and PUC Lua never finished; at 10 kHz, 1.4-1.6x)
+  local signalled = jit and opts.stacks ~= false and opts.walk ~= "signal" and not opts.perfmap
+                    or not jit and pe.core._private.luahook_start   -- PUC Lua's hook mode
+  if signalled and opts.lua ~= false and hz0 and hz0 > MAX_WALK_HZ then
     local capped = {}
     for k, v in pairs(opts) do capped[k] = v end
     if opts.period then
@@ -290,7 +292,6 @@ function M.start(opts)
   end
   if opts.period then spec.sample_period = opts.period
   else spec.freq = true; spec.sample_freq = opts.freq or 999 end
-  if mode == "hook" then hook.hook_rate(p, spec, opts) end
   local ev, err = pe.open(spec, { pages = opts.pages or 512 })
   if not ev and not opts.pages then
     -- 2 MiB is over the unprivileged mlock budget (perf_event_mlock_kb)
