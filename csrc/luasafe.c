@@ -921,6 +921,17 @@ static int l_stats(lua_State *L)
   return 1;
 }
 
+/* _private.luasafe_pending(slot) -> n: the signal records of that profile
+ * not yet taken (a drain's worth to wait for, read without a system call) */
+static int l_pending(lua_State *L)
+{
+  int slot = pe_check_int(L, 1, "slot", 1, LS_MAXP) - 1;
+  ls_prof *p = &ls_p[slot];
+  __atomic_signal_fence(__ATOMIC_ACQUIRE);
+  lua_pushinteger(L, (lua_Integer)(uint32_t)(p->head - p->tail));
+  return 1;
+}
+
 /* _private.luasafe_forget(): frees the interned stacks and chunk names
  * when no profile is armed (true), else false */
 static int l_forget(lua_State *L)
@@ -943,6 +954,7 @@ static int l_needs(lua_State *L)
 #define l_here l_needs
 #define l_forget l_needs
 #define l_stats l_needs
+#define l_pending l_needs
 #endif
 
 /* the functions go to core._private (profile/safepoint.lua's, not API) */
@@ -950,7 +962,8 @@ void pe_open_luasafe(lua_State *L)
 {
   static const luaL_Reg fns[] = {
     {"luasafe_arm", l_arm}, {"luasafe_disarm", l_disarm}, {"luasafe_take", l_take},
-    {"luasafe_here", l_here}, {"luasafe_forget", l_forget}, {"luasafe_stats", l_stats}, {NULL, NULL}
+    {"luasafe_here", l_here}, {"luasafe_forget", l_forget}, {"luasafe_stats", l_stats},
+    {"luasafe_pending", l_pending}, {NULL, NULL}
   };
   pe_push_private(L, lua_gettop(L));
   pe_setfuncs(L, fns);

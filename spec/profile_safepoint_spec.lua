@@ -443,4 +443,25 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     assert.is_true(p.captures > 0)
     assert.is_true(p.capture_ns > 0 and p.capture_ns < 50000, "capture_ns " .. tostring(p.capture_ns))
   end)
+
+  it("p:pending() counts the samples a drain will take, without a system call", function()
+    local p = assert(pe.profile.start({ freq = 2000, keep = false }))
+    local ok, err = pcall(function()
+      assert.equal("safepoint", p.walk)
+      assert.equal(0, p:pending())
+      local t0 = clock()
+      while clock() - t0 < 0.15 do sp_fmt(200) end
+      assert(p.ev:disable())
+      sp_fmt(10)   -- the last capture is taken at the next safe point
+      local n, before = p:pending(), p.nsigs or 0
+      assert.is_true(n >= 50, "pending " .. n)
+      p:drain()
+      -- every record it counted, and no more, went to the drain
+      assert.equal(n, p.nsigs - before)
+      assert.equal(0, p:pending())
+    end)
+    p:stop()
+    assert(ok, err)
+    assert.is_nil(p:pending())   -- stopped: nothing to wait for
+  end)
 end)

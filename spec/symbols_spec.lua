@@ -147,6 +147,38 @@ describe("symbolizer", function()
     assert.equal("libfoo.so+0x3010", raw:name(0x10010, 7))
   end)
 
+  it("gives the range of addresses that answer a lookup's name: the symbol's size (nm -S), a gap, a mapping", function()
+    if not have_nm then pending("needs nm (binutils)") return end
+    local path = sh("realpath build/test/libpetarget.so"):gsub("%s+$", "")
+    -- nm -S -D: link address and size of pet_spin_inner
+    local link, size = sh("nm -S -D " .. path):match("(%x+) (%x+) T pet_spin_inner\n")
+    link, size = tonumber(link, 16), tonumber(size, 16)
+    assert.is_true(size > 0)
+    local elf = assert(symbols.read_elf(path))
+    local fileoff
+    for _, l in ipairs(elf.loads) do
+      if link >= l.vaddr and link < l.vaddr + l.filesz then fileoff = link - l.vaddr + l.offset end
+    end
+    local base = 0x40000000
+    local sym = symbols.new()
+    sym:add_map(7, base, 0x100000, 0, path)
+    local a = base + fileoff
+    local name, off, module, lo, hi = sym:lookup(a + 3, 7)
+    assert.equal("pet_spin_inner", name)
+    assert.equal(3, off)
+    assert.equal("libpetarget.so", module)
+    assert.equal(a, lo)
+    assert.equal(a + size, hi)
+    -- the last byte of the function answers the same; the next one does not
+    assert.equal(a, select(4, sym:lookup(a + size - 1, 7)))
+    assert.are_not.equal("pet_spin_inner", (sym:lookup(a + size, 7)))
+    -- a file without symbols: the whole mapping; outside every mapping:
+    -- the gap between the mappings around it
+    sym:add_map(7, 0x10000, 0x2000, 0x3000, "/nonexistent/libfoo.so")
+    assert.same({ "[libfoo.so]", 0x3010, "libfoo.so", 0x10000, 0x12000 }, { sym:lookup(0x10010, 7) })
+    assert.same({ "[unknown]", nil, nil, 0x12000, base }, { sym:lookup(0x20000, 7) })
+  end)
+
   it("splits older mappings that a new one overlaps, as mmap does", function()
     local sym = symbols.new({ offsets = true })
     sym:add_map(1, 0x1000, 0x3000, 0, "/x/a")

@@ -281,11 +281,14 @@ local function drain_always(force)
   end
   local p = always_lua
   -- a drain costs a fixed part (the ring's and the signal ring's reads,
-  -- the JIT's traces of the resolution) besides its samples: drain about
-  -- every 100 samples (at 99 Hz once a second; at 1 kHz every tick), the
-  -- ring (128 KiB, ~400 samples) keeps well ahead
-  if p and lua_on and (force or ngx.now() >= lua_next_drain) then
-    lua_next_drain = ngx.now() + math.min(1, 100 / (p.hz or 1000)) - 0.05
+  -- the stats) besides its samples: as the module's sampler, drain once
+  -- 100 samples wait or 2 s after the last drain; where p:pending() is
+  -- not known, about every 100 samples of the rate (at 99 Hz once a
+  -- second; at 1 kHz every tick). The ring (128 KiB, ~400 samples) keeps
+  -- well ahead.
+  local n = p and p:pending()
+  if p and lua_on and (force or ngx.now() >= lua_next_drain or (n and n >= 100)) then
+    lua_next_drain = ngx.now() + (n and 2 or math.min(1, 100 / (p.hz or 1000)) - 0.05)
     local t0 = os.clock()
     p:drain()
     drain_cpu = drain_cpu + (os.clock() - t0)

@@ -300,12 +300,29 @@ function Elf:vaddr(off)
   return nil
 end
 
---- The symbol covering a link-time address: name, offset into it.
+--- The symbol covering a link-time address: name, offset into it, and the
+-- link-time address where its cover ends (its size, or the next symbol's
+-- address for a symbol of size 0; nil for the last one of size 0).
 function Elf:find(vaddr)
-  local i = covering(self.syms, vaddr)
+  local syms = self.syms
+  local i = covering(syms, vaddr)
   if not i then return nil end
-  local s = self.syms[i]
-  return s.name, vaddr - s.addr
+  local s = syms[i]
+  local stop = s.size > 0 and s.addr + s.size or (syms[i + 1] and syms[i + 1].addr)
+  return s.name, vaddr - s.addr, stop
+end
+
+-- The link-time range [lo, hi) around vaddr that no symbol of elf covers
+-- (nil when unbounded on that side): between the symbol before it and the next.
+local function gap(elf, vaddr)
+  local syms = elf.syms
+  local lo, hi, best = 1, #syms, nil
+  while lo <= hi do
+    local mid = floor((lo + hi) / 2)
+    if syms[mid].addr <= vaddr then best = mid; lo = mid + 1 else hi = mid - 1 end
+  end
+  local s, n = best and syms[best], syms[(best or 0) + 1]
+  return s and s.addr + s.size, n and n.addr
 end
 
 --- Where separate debug information is looked for, as gdb and perf do:
@@ -563,7 +580,13 @@ M.find_map = find_map
 -- it is `"[lib.so]"` (the offset returned is then the file offset).
 -- @return name (`"func"`, `"[lib.so]"`, `"[vdso]"`, `"[unknown]"`), the
 --   offset into the function or file (or nil), the module (file basename or
---   `"[kernel]"`)
+--   `"[kernel]"`), and for a user address the range `lo, hi` (numbers,
+--   `lo <= addr < hi`) it falls in: the symbol's cover in this mapping;
+--   for code no symbol covers, the gap between the symbols around it (the
+--   same name, or with `offsets` the same file and another offset); for a
+--   pseudo-file (`[vdso]`) the mapping; for an address in no mapping
+--   (`"[unknown]"`), the gap between the mappings around it (nil for a
+--   kernel address)
 function Sym:lookup(addr, pid)
   local h = M.hex(addr)
   if not h then return "[unknown]" end
@@ -573,25 +596,48 @@ function Sym:lookup(addr, pid)
     local name, off = kernel_name(h)
     return name or "[unknown]", off, "[kernel]"
   end
-  local m = find_map(self.maps[pid or self.self_pid], a)
-  if not m then return "[unknown]" end
+  local list = self.maps[pid or self.self_pid]
+  local m = find_map(list, a)
+  if not m then
+    -- the gap between the mappings around it
+    local lo, hi = 0, 2 ^ 47
+    for _, x in ipairs(list or {}) do   -- (rare: a lookup outside every mapping)
+      if x.stop <= a and x.stop > lo then lo = x.stop end
+      if x.start > a and x.start < hi then hi = x.start end
+    end
+    return "[unknown]", nil, nil, lo, hi
+  end
   local fileoff = a - m.start + m.pgoff
   local file = m.file
+  local glo, ghi = m.start, m.stop   -- addresses named as this one when no symbol covers it
   if sub(file, 1, 1) == "/" and not find(file, " (deleted)", 1, true) then
     local elf = elf_for(file)
     if elf then
       local v = elf:vaddr(fileoff)
       -- a page of the file mapped but not in a PT_LOAD segment: use the offset
-      local name, off = elf:find(v or fileoff)
-      if name then return name, off, basename(file) end
+      local name, off, stop = elf:find(v or fileoff)
+      if name then
+        -- the symbol's cover, in this mapping's addresses
+        local lo, hi = a - off, stop and a + (stop - (v or fileoff))
+        if lo < m.start then lo = m.start end
+        if not hi or hi > m.stop then hi = m.stop end
+        return name, off, basename(file), lo, hi
+      end
+      local gv = v or fileoff
+      local glink, hlink = gap(elf, gv)
+      glo = glink and glink <= gv and a - (gv - glink) or m.start
+      ghi = hlink and hlink > gv and a + (hlink - gv) or m.stop
+      if glo < m.start then glo = m.start end
+      if ghi > m.stop then ghi = m.stop end
     end
   end
-  if sub(file, 1, 1) == "[" then return file, fileoff, file end
+  if sub(file, 1, 1) == "[" then return file, fileoff, file, m.start, m.stop end
   local base = basename(file)
-  if self.opts.offsets then return format("%s+0x%x", base, fileoff), nil, base end
+  if self.opts.offsets then return format("%s+0x%x", base, fileoff), nil, base, glo, ghi end
   -- code without a symbol: one name per file, as perf's "[unknown]" in
   -- that file, so that a stack keeps one frame for it, not one per address
-  return "[" .. base .. "]", fileoff, base
+  -- (the range: the gap between the symbols around it in this mapping)
+  return "[" .. base .. "]", fileoff, base, glo, ghi
 end
 
 --- The name alone (see lookup).

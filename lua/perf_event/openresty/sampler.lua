@@ -39,12 +39,25 @@ end
 
 function M.profile() return always, always_err end
 
---- The timer's part: drains the always-on profile about every 100 samples
--- (once a second at 99 Hz; the 128 KiB ring holds several seconds).
+local DRAIN_SAMPLES = 100  -- a drain has a fixed part: wait for this many
+local DRAIN_WAIT = 2        -- s: but not longer (128 KiB of ring holds ~400 samples)
+
+--- The timer's part: drains the always-on profile once 100 samples are
+-- waiting (p:pending(), no system call) or 2 s after the last drain (an
+-- idle worker takes few samples; the 128 KiB ring holds about 4 s at
+-- 99 Hz); where the count is not known, about every 100 samples of the
+-- rate (once a second at 99 Hz).
 function M.tick(now)
   local p = always
-  if not p or now < next_drain then return end
-  next_drain = now + min(1, 100 / conf.freq) - 0.05
+  if not p then return end
+  local n = p:pending()
+  if n then
+    if n < DRAIN_SAMPLES and now < next_drain then return end
+    next_drain = now + DRAIN_WAIT
+  else
+    if now < next_drain then return end
+    next_drain = now + min(1, DRAIN_SAMPLES / conf.freq) - 0.05
+  end
   p:drain()
   if (p.nstacks or 0) > conf.max_stacks then p:reset() end
 end

@@ -71,7 +71,7 @@ function Profile:_memo_sym()
         e = { raw:lookup(ip, pid) }
         memo[ip], n = e, n + 1
       end
-      return e[1], e[2], e[3]
+      return e[1], e[2], e[3], e[4], e[5]
     end,
   }
 end

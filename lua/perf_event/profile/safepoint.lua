@@ -14,8 +14,8 @@
 -- come under the frames of the code that resumed it.
 -- @module perf_event.profile.safepoint
 
-local tostring, ipairs, pairs, format, floor, sort, concat, remove =
-  tostring, ipairs, pairs, string.format, math.floor, table.sort, table.concat, table.remove
+local tostring, ipairs, pairs, format, floor, sort, concat, remove, insert =
+  tostring, ipairs, pairs, string.format, math.floor, table.sort, table.concat, table.remove, table.insert
 local debug, coroutine, require, rawget, pcall, error = debug, coroutine, require, rawget, pcall, error
 
 local M = {}
@@ -181,7 +181,7 @@ function M.arm(p, lj_mode)
   local slot, err = LP.luasafe_arm(p.ev:fd(), coroutine.resume, here_args[2], lj_mode)
   if not slot then return nil, err end
   p.safe = { slot = slot, nstacks = 0, nchunks = 0, stacks = {}, chunks = {}, frames = {}, ipc = {}, nipc = 0,
-             rcache = {}, nrcache = 0, byk = {}, nkeys = 0, nresolved = 0 }
+             ranges = {}, rcache = {}, nrcache = 0, byk = {}, nkeys = 0, nresolved = 0 }
   return true
 end
 
@@ -196,20 +196,20 @@ end
 local MAPS_EVERY = 1e9   -- ns: /proc/self/maps reread at most this often
 
 -- p.sym:lookup(a), the maps read again (at most once a second) when a is
--- in no mapping known (a library loaded since)
-local function lookup(p, a)
-  local name, off, module = p.sym:lookup(a)
-  if module == nil then
+-- in no mapping known (a library loaded since), unless `known`
+local function lookup(p, a, known)
+  local name, off, module, lo, hi = p.sym:lookup(a)
+  if module == nil and not known then
     local t = now()
     if t - (p.maps_t or 0) > MAPS_EVERY then
       if p.keep == false then p.sym = p:_memo_sym() end
       p.sym:load_maps("self")
       p.maps_t = t
-      p.safe.ipc, p.safe.nipc = {}, 0
-      name, off, module = p.sym:lookup(a)
+      p.safe.ipc, p.safe.nipc, p.safe.ranges = {}, 0, {}
+      name, off, module, lo, hi = p.sym:lookup(a)
     end
   end
-  return name, off, module
+  return name, off, module, lo, hi
 end
 
 -- the profile's name for the C function or builtin at GCfunc address a
@@ -271,17 +271,45 @@ local function stack_frames(p, id)
   return fr
 end
 
--- the C symbol at ip (name, module), memoised per profile
-local function ip_sym(p, ip)
+local RANGES_MAX = 4096   -- symbol ranges a profile remembers
+
+-- the C symbol at ip as an entry { name, module, lo, hi }, memoised per
+-- profile: by ip, then by the address range the symbol covers, so that a
+-- new ip in a function already seen costs a binary search, not a lookup
+-- (in an nginx worker half the samples fell on a C address never seen
+-- before); the entry's identity stands for the symbol in frames_of
+local function ip_sym(p, ip, trace)
   local s = p.safe
   local e = s.ipc[ip]
-  if not e then
-    if s.nipc >= 4096 then s.ipc, s.nipc = {}, 0 end
-    local name, _, module = lookup(p, ip)
-    e = { name, module }
-    s.ipc[ip], s.nipc = e, s.nipc + 1
+  if e then return e end
+  if s.nipc >= 4096 then s.ipc, s.nipc = {}, 0 end
+  local r = s.ranges
+  local lo, hi, best = 1, #r, 0
+  while lo <= hi do
+    local mid = floor((lo + hi) / 2)
+    if r[mid][3] <= ip then best = mid lo = mid + 1 else hi = mid - 1 end
   end
-  return e[1], e[2]
+  -- (a gap between mappings answers only a trace's samples: elsewhere a
+  -- library loaded since may be there)
+  if best > 0 and ip < r[best][4] and (r[best][2] or trace == 1) then
+    e = r[best]
+  else
+    -- a trace's ip outside every mapping known is the trace's machine
+    -- code (LuaJIT maps more as it compiles): no reread of the maps
+    local name, _, module, a, b = lookup(p, ip, trace == 1)
+    -- code no symbol covers: one name for the gap it is in (c_leaf and
+    -- in_vm read "file+0x..." as "[file]" anyway)
+    if module and name:find("+0x", 1, true) then name = "[" .. module .. "]" end
+    e = { name, module, a, b }
+    if s.ranges ~= r then r, best = s.ranges, 0 end   -- the maps were read again
+    -- kept when it overlaps no range already known (sorted, disjoint)
+    if a and b and a <= ip and ip < b and #r < RANGES_MAX and (module or trace == 1)
+       and (best == 0 or r[best][4] <= a) and (not r[best + 1] or b <= r[best + 1][3]) then
+      insert(r, best + 1, e)
+    end
+  end
+  s.ipc[ip], s.nipc = e, s.nipc + 1
+  return e
 end
 
 -- a module's own file (not anonymous memory, "anon" to the symbols, or
@@ -296,8 +324,9 @@ local function in_vm(name, module)
     or name:find("^lj_") or name:find("^%[")))
 end
 
-local function c_leaf(p, ip)
-  local name, module = ip_sym(p, ip)
+local function c_leaf(p, ip, e)
+  e = e or ip_sym(p, ip)
+  local name, module = e[1], e[2]
   if module and name:find("+0x", 1, true) then name = "[" .. module .. "]" end
   return { c = name, addr = ip, module = module }
 end
@@ -305,20 +334,20 @@ end
 -- the frames of one distinct sample: its ip, its stack id (0: none), the
 -- builtin or C function the signal found running (0: none; cut: its frame
 -- ends the stack), whether a trace ran (trace, 1)
-local function resolve(p, ip, id, leafa, cut, trace)
+local function resolve(p, ip, e, id, leafa, cut, trace)
   if id == 0 then
-    local fr = { c_leaf(p, ip) }
+    local fr = { c_leaf(p, ip, e) }
     fr.nleaf = 1
     return fr
   end
   local fr = stack_frames(p, id)
   if #fr == 0 then
-    fr = { c_leaf(p, ip) }
+    fr = { c_leaf(p, ip, e) }
     fr.nleaf = 1
     return fr
   end
   local leaf = leafa ~= 0 and cut == 0
-  local name, module = ip_sym(p, ip)
+  local name, module = e[1], e[2]
   -- in a trace, LuaJIT's own code is a helper the trace called (string
   -- formatting, table resizing): kept as the leaf
   local vm = in_vm(name, module) and not (trace == 1 and is_file(module))
@@ -328,7 +357,7 @@ local function resolve(p, ip, id, leafa, cut, trace)
   out.truncated, out.unjoined = fr.truncated, fr.unjoined
   local n = 0
   if leaf then out[#out + 1] = { c = c_name(p, leafa), builtin = true } n = 1 end
-  if not vm then out[#out + 1] = c_leaf(p, ip) n = n + 1 end
+  if not vm then out[#out + 1] = c_leaf(p, ip, e) n = n + 1 end
   out.nleaf = n
   return out
 end
@@ -336,15 +365,18 @@ end
 local RCACHE_MAX = 4096   -- distinct samples whose frames a profile remembers
 
 -- the frames of a distinct sample, remembered per profile (bounded): by
--- ip, then by stack id, cut and trace in one number, then (rarely) by the
--- running function the signal found; numbers only, no string is made
+-- the C symbol at ip (ip_sym's entry: one per function, not per address;
+-- a C leaf frame keeps the first address seen), then by stack id, cut and
+-- trace in one number, then (rarely) by the running function the signal
+-- found; no string is made
 local function frames_of(p, s, id, leafa, cut, trace, ip)
+  local e = ip_sym(p, ip, trace)
   local rc = s.rcache
-  local byip = rc[ip]
+  local byip = rc[e]
   if not byip then
     if s.nrcache >= RCACHE_MAX then rc, s.nrcache = {}, 0 s.rcache = rc end
     byip = {}
-    rc[ip] = byip
+    rc[e] = byip
   end
   local k = id * 4 + cut * 2 + trace
   local fr
@@ -353,13 +385,13 @@ local function frames_of(p, s, id, leafa, cut, trace, ip)
     if not byleaf then byleaf = {} byip[-1 - k] = byleaf end
     fr = byleaf[leafa]
     if not fr then
-      fr = resolve(p, ip, id, leafa, cut, trace)
+      fr = resolve(p, ip, e, id, leafa, cut, trace)
       byleaf[leafa], s.nrcache, s.nresolved = fr, s.nrcache + 1, s.nresolved + 1
     end
   else
     fr = byip[k]
     if fr then return fr end
-    fr = resolve(p, ip, id, leafa, cut, trace)
+    fr = resolve(p, ip, e, id, leafa, cut, trace)
     byip[k], s.nrcache, s.nresolved = fr, s.nrcache + 1, s.nresolved + 1
   end
   return fr
