@@ -4,7 +4,7 @@
 --   /bench/account?arm=1  wraps the profile's drain with os.clock() (the
 --                         worker's timer keeps calling it) and zeroes the figures
 --   /bench/account        drains once more, then prints, since the arming:
---     samples drains drain_ns walks walk_ns walk reason
+--     samples drains drain_ns walks walk_ns walk reason maps_reads
 -- (walks and walk_ns: the safe-point captures, or the signal-time walks
 -- when the profile fell back to them; reason: why it did, or nil).
 local ngx = ngx  -- luacheck: read globals ngx
@@ -22,7 +22,7 @@ function M.handler()
   if not p then ngx.say("none") return end
   if ngx.var.arg_arm then
     local k, w = walks(p)
-    acc = { cpu = 0, drains = 0, n0 = p.nsamples, k0 = k, w0 = w }
+    acc = { cpu = 0, drains = 0, n0 = p.nsamples, k0 = k, w0 = w, m0 = p.maps_reads or 0 }
     if not rawget(p, "drain") then
       local orig = p.drain
       p.drain = function(self, ...)
@@ -39,8 +39,9 @@ function M.handler()
   if not acc then ngx.say("not armed") return end
   p:drain()
   local k, w = walks(p)
-  ngx.say(format("%d %d %.0f %d %.0f %s %s", p.nsamples - acc.n0, acc.drains, acc.cpu * 1e9, k - acc.k0,
-                 w - acc.w0, tostring(p.walk), tostring(p.stacks_reason):gsub("%s", "_")))
+  ngx.say(format("%d %d %.0f %d %.0f %s %s %d", p.nsamples - acc.n0, acc.drains, acc.cpu * 1e9, k - acc.k0,
+                 w - acc.w0, tostring(p.walk), (tostring(p.stacks_reason):gsub("%s", "_")),
+                 (p.maps_reads or 0) - acc.m0))
 end
 
 return M

@@ -183,13 +183,13 @@ done
 echo "--- $ROUNDS rounds of ${DUR}s per run, wrk -t1 -c$CONNS, 1 worker per nginx pinned to CPU $WCPU, fresh servers each round"
 awk '{ print $2 }' "$T/load" | sort -n | awk '{ a[NR] = $1 } END { printf "--- load average (1 min) at the rounds'"'"' start: min %s, median %s, max %s (%s CPUs)\n", a[1], a[int((NR + 1) / 2)], a[NR], "'"$(nproc)"'" }'
 [ -s "$T/account" ] && awk '
-  # round, samples, drains, drain ns, walks, walk ns, walk, why, B CPU ns, seconds (all since the arming)
-  NF == 10 { n += $2; dr += $3; dt += $4; k += $5; wt += $6; cpu += $9; wall += $10; walk = $7; why = $8 }
+  # round, samples, drains, drain ns, walks, walk ns, walk, why, maps reads, B CPU ns, seconds (all since the arming)
+  NF == 11 { n += $2; dr += $3; dt += $4; k += $5; wt += $6; mr += $9; cpu += $10; wall += $11; walk = $7; why = $8 }
   END {
     sps = cpu ? n / (cpu / 1e9) : 0; dps = wall ? dr / wall : 0; dd = dr ? dt / dr : 0; ww = k ? wt / k : 0
     printf "--- sampler (B): %d samples over %.1f s of its worker CPU = %.1f per CPU second (user space only: a sample falling in the kernel is not taken)\n", n, cpu / 1e9, sps
     printf "--- sampler (B), its own account: walk %s%s\n", walk, why != "nil" ? " (" why ")" : ""
-    printf "    %d drains, %.2f a second, %.0f us each (%.1f samples each); stack walks %.1f us each (%d)\n", dr, dps, dd / 1e3, dr ? n / dr : 0, ww / 1e3, k
+    printf "    %d drains, %.2f a second, %.0f us each (%.1f samples each, /proc/self/maps read %d times); stack walks %.1f us each (%d)\n", dr, dps, dd / 1e3, dr ? n / dr : 0, mr, ww / 1e3, k
     printf "    on a busy worker (1 CPU second a second): %.0f us of drains + %.0f us of walks a second = %.3f %% of its CPU\n",
            dd * dps / 1e3, ww * sps / 1e3, (dd * dps + ww * sps) / 1e9 * 100
   }' "$T/account"

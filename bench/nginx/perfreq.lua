@@ -449,7 +449,8 @@ function M.sampler_stats()
                         walk, collectgarbage("count"),
                         (p.reg and p.reg.ntraces or 0) - (z.ntraces or 0), p.reg and p.reg.nflush or 0,
                         tostring(p.walk), h, c))
-  if p.safe then ngx.say("distinct samples per drain ", p.safe.nkeys, ", resolved ", p.safe.nresolved) end
+  if p.safe then ngx.say("distinct samples per drain ", p.safe.nkeys, ", resolved ", p.safe.nresolved,
+                         ", /proc/self/maps read ", p.maps_reads or 0, " times") end
   if p.walk ~= "safepoint" and p.stacks_reason then ngx.say("why not the safe point: ", p.stacks_reason) end
   if ngx.var.arg_reset == "1" then
     -- the figures from now on (after a warm-up, whose first drains read

@@ -161,7 +161,7 @@ function Profile:drain()
     if not self.maps_t then
       if self.keep == false then self.sym = self:_memo_sym() end
       self.sym:load_maps("self")
-      self.maps_t = now()
+      self.maps_t, self.maps_reads = now(), (self.maps_reads or 0) + 1
     end
     require("perf_event.profile.safepoint").drain(self, not self.running)
     return self

@@ -204,7 +204,7 @@ local function lookup(p, a, known)
     if t - (p.maps_t or 0) > MAPS_EVERY then
       if p.keep == false then p.sym = p:_memo_sym() end
       p.sym:load_maps("self")
-      p.maps_t = t
+      p.maps_t, p.maps_reads = t, (p.maps_reads or 0) + 1
       p.safe.ipc, p.safe.nipc, p.safe.ranges = {}, 0, {}
       name, off, module, lo, hi = p.sym:lookup(a)
     end
@@ -370,7 +370,7 @@ local RCACHE_MAX = 4096   -- distinct samples whose frames a profile remembers
 -- trace in one number, then (rarely) by the running function the signal
 -- found; no string is made
 local function frames_of(p, s, id, leafa, cut, trace, ip)
-  local e = ip_sym(p, ip, trace)
+  local e = s.ipc[ip] or ip_sym(p, ip, trace)
   local rc = s.rcache
   local byip = rc[e]
   if not byip then
@@ -421,11 +421,12 @@ function M.drain(p, final)
   local samples, byk = p.samples, s.byk
   s.nkeys = s.nkeys + #keys / 7
   local nsafe = p.nsafe or 0
+  local count = p._count
   for i = 1, #keys, 7 do
     local id, cnt = keys[i], keys[i + 6]
     local fr = frames_of(p, s, id, keys[i + 1], keys[i + 2], keys[i + 4], keys[i + 5])
     if id ~= 0 then nsafe = nsafe + cnt end
-    if keep then byk[(i + 6) / 7] = fr else p:_count(fr, cnt) end
+    if keep then byk[(i + 6) / 7] = fr else count(p, fr, cnt) end
   end
   if keep then for j = 1, #order do samples[#samples + 1] = byk[order[j]] end end
   p.nsafe, p.npaired = nsafe, p.nsigs
