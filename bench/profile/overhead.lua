@@ -89,6 +89,9 @@ local MODES = {
   },
   pe999 = pe_mode(999),
   pe99 = pe_mode(99),
+  -- (for callgrind, --once only: armed at 1 Hz, so no sample in the run;
+  -- what LuaJIT's line checks in the traces cost the work itself)
+  pe1 = pe_mode(1),
 }
 local ORDER = jp and { "none", "jitprof", "pe999", "pe99" } or { "none", "pe999", "pe99" }
 local LABEL = { none = "no profile", jitprof = "jit.profile i1 + dumpstack",
@@ -160,7 +163,7 @@ if arg[1] == "--once" then
   -- one run of one mode: for `valgrind --tool=callgrind`, whose instruction
   -- counts of two such runs give the profile's cost without timer noise
   local k = arg[2] or "none"
-  if not MODES[k] then error("unknown mode " .. k .. " (none, jitprof, pe999, pe99)") end
+  if not MODES[k] then error("unknown mode " .. k .. " (none, jitprof, pe999, pe99, pe1)") end
   local n = tonumber(arg[3] or "0") or 0
   if n <= 0 then n = calibrate(0.2) end
   local warm = pe.profile.start({ freq = 99 })   -- the self-tests, outside the run

@@ -10,9 +10,14 @@
 # self-tests, loading) cancel in the differences, so
 #   Ir/sample = ((Ir(mode,N2) - Ir(mode,N1)) - (Ir(none,N2) - Ir(none,N1)))
 #               / (samples(mode,N2) - samples(mode,N1))
+# and "armed", a profile at 1 Hz (no sample in the run), gives
+#   armed = (Ir(armed,N2) - Ir(armed,N1)) / (Ir(none,N2) - Ir(none,N1)) - 1
+# what an armed profile costs the work itself (LuaJIT's line checks).
+# On LuaJIT the traces a run compiles differ a little from run to run: the
+# counts move by about 1 % (2 % seen), which is ~2k Ir per sample at 999 Hz.
 # Under valgrind the code runs ~30x slower, so a cpu-clock profile takes ~30x
 # the samples per unit of work; the figure is what one sample costs, not the
-# share of a native run. Two runs of the same pair agreed within 1 % here.
+# share of a native run.
 cd "$(dirname "$0")/../.." || exit 2
 rounds=${1:-15}
 secs=${2:-0.2}
@@ -65,9 +70,16 @@ echo "callgrind: instructions per sample (workload sizes $n1 and $n2)"
 for l in $luas; do
   # (no jit.profile row: its SIGPROF timer ends the process under valgrind)
   if ! a=$(cg "$l" none "$n1") || ! b=$(cg "$l" none "$n2"); then echo "$l: valgrind failed"; rc=1; continue; fi
+  # armed at 1 Hz, no sample in the run: what the profile costs the work
+  # itself (on LuaJIT, the traces' line checks; LuaJIT's traces differ from
+  # run to run by about 1 % of these counts, so this is a sign only)
+  if ! c=$(cg "$l" pe1 "$n1") || ! d=$(cg "$l" pe1 "$n2"); then echo "$l pe1: valgrind failed"; rc=1; continue; fi
+  echo "$a $b $c $d" | awk -v l="$l" '{
+    printf "%-7s %-8s %+.2f %% instructions per unit of work (armed at 1 Hz, %d samples)\n",
+           l, "armed", (($7 - $5) / ($3 - $1) - 1) * 100, $8 }'
   for m in pe999 pe99; do
-    if ! c=$(cg "$l" "$m" "$n1") || ! d=$(cg "$l" "$m" "$n2"); then echo "$l $m: valgrind failed"; rc=1; continue; fi
-    echo "$a $b $c $d" | awk -v l="$l" -v m="$m" '{
+    if ! e=$(cg "$l" "$m" "$n1") || ! f=$(cg "$l" "$m" "$n2"); then echo "$l $m: valgrind failed"; rc=1; continue; fi
+    echo "$a $b $e $f" | awk -v l="$l" -v m="$m" '{
       dn = $3 - $1; dp = $7 - $5; ds = $8 - $6
       if (ds <= 0) { printf "%-7s %-8s no samples\n", l, m; next }
       printf "%-7s %-8s %10.0f Ir/sample (%d samples more; workload %.0f -> %.0f Mi Ir)\n",
