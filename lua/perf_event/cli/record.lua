@@ -72,7 +72,8 @@ Samples the kernel dropped (a full ring) are counted, never hidden: a
 User addresses are named from the ELF symbol tables (.symtab/.dynsym) of the
 mapped files or of their separate debug files (/usr/lib/debug/.build-id,
 .gnu_debuglink: install e.g. libc6-dbg), kernel ones from /proc/kallsyms; a
-file's code without a symbol prints as [lib.so], others as [unknown].
+file's code without a symbol prints as [lib.so], others as [unknown]: one
+frame per address, as perf (a stripped program: [prog];[prog];[prog]).
 ]=],
 }
 
