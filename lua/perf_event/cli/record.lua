@@ -67,8 +67,9 @@ perf.data has one attr per event (its ids in each sample, as perf's); --pprof
 one sample type per event, --speedscope one profile per event; the closing
 line gives the samples and lost of each event.
 Samples the kernel dropped (a full ring) are counted, never hidden: a
-'[lost] N' line in folded output ('EVENT;[lost] N' with several events), a LOST_SAMPLES record in perf.data
-('perf report': Total Lost Samples) and '; N lost' on the closing line.
+'[lost] N' line in folded output ('EVENT;[lost] N' with several events), a
+LOST_SAMPLES record in perf.data ('perf report': Total Lost Samples) and
+'; N lost' on the closing line.
 User addresses are named from the ELF symbol tables (.symtab/.dynsym) of the
 mapped files or of their separate debug files (/usr/lib/debug/.build-id,
 .gnu_debuglink: install e.g. libc6-dbg), kernel ones from /proc/kallsyms; a
