@@ -464,3 +464,98 @@ describe("luaperf, smaller points of issue 20 as perf 6.1 has them", function()
     f:close()
   end)
 end)
+
+describe("luaperf record with several -e (issue 20)", function()
+  local PP, P = "syscalls:sys_enter_getppid", "syscalls:sys_enter_getpid"
+  local NPP, NP = 3000, 2000   -- getppid(2), then getpid(2) calls: a sample each at -c 1
+  local cmd = ("-c 1 -o %%s -- build/test/petarget getpids %d %d"):format(NPP, NP)
+
+  -- the per-event part of the closing line: { [event] = {samples, lost} }
+  local function each(out)
+    local t = {}
+    local inner = out:match("%[ luaperf record: .-; %d+ lost %((.-)%) %]")
+    for name, n, l in (inner or ""):gmatch("([%w_:%-]+): (%d+) samples, (%d+) lost") do
+      t[name] = { tonumber(n), tonumber(l) }
+    end
+    return t
+  end
+  -- samples per event name in `perf script -F event` output
+  local function script_events(file)
+    local t = {}
+    for name in sh("perf script -i " .. file .. " -F event 2>/dev/null"):gmatch("%s*([%w_:%-]+):%s*\n") do
+      t[name] = (t[name] or 0) + 1
+    end
+    return t
+  end
+  local function checked_run(args)
+    local out, rc = run("record -e " .. args)
+    assert.equal(0, rc, out)
+    local e = each(out)
+    -- every call is a sample of its event, none lost, none of the other's
+    assert.same({ [PP] = { NPP, 0 }, [P] = { NP, 0 } }, e, out)
+    return out
+  end
+
+  it("keeps each event's samples apart in folded output, rooted at the event", function()
+    if not have_tracefs then pending("tracefs is not readable by this user (tracepoints need root here)") return end
+    local file = tmp .. "/x.folded"
+    checked_run(PP .. " -e " .. P .. " " .. cmd:format(file))
+    local sums = {}
+    for l in io.lines(file) do
+      local root, n = l:match("^([^;]+);.* (%d+)$")
+      assert.truthy(root, l)
+      sums[root] = (sums[root] or 0) + tonumber(n)
+    end
+    assert.same({ [PP] = NPP, [P] = NP }, sums)
+  end)
+
+  it("writes one attr per event to perf.data; perf script names each sample's event, as for perf's own file",
+     function()
+    if not have_tracefs then pending("tracefs is not readable by this user (tracepoints need root here)") return end
+    if not have_perf then pending("needs perf") return end
+    local file = tmp .. "/x.data"
+    checked_run(PP .. "," .. P .. " " .. cmd:format(file))   -- -e A,B: as -e A -e B
+    assert.same({ [PP] = NPP, [P] = NP }, script_events(file))
+    -- perf 6.1 on the same program: the same counts
+    local pfile = tmp .. "/p.data"
+    sh(("perf record -q -e %s -e %s %s >/dev/null 2>&1"):format(PP, P, cmd:format(pfile)))
+    assert.same({ [PP] = NPP, [P] = NP }, script_events(pfile))
+    -- and perf report's per-event totals
+    local stats = sh("perf report -i " .. file .. " --stats 2>/dev/null")
+    assert.equal(NPP, tonumber(stats:match(PP .. " stats:%s+SAMPLE events:%s+(%d+)")), stats)
+    assert.equal(NP, tonumber(stats:match(P .. " stats:%s+SAMPLE events:%s+(%d+)")), stats)
+  end)
+
+  it("writes one speedscope profile and one pprof sample type per event", function()
+    if not have_tracefs then pending("tracefs is not readable by this user (tracepoints need root here)") return end
+    local file = tmp .. "/x.json"
+    checked_run(PP .. " -e " .. P .. " --speedscope " .. cmd:format(file))
+    local f = assert(io.open(file, "rb"))
+    local json = f:read("*a")
+    f:close()
+    local sums, names = {}, {}
+    for name, w in json:gmatch('"name":"([^"]+)","samples":%b[],"startValue":0,"type":"sampled","unit":"%a+",'
+                               .. '"weights":(%b[])') do
+      names[#names + 1] = name
+      local s = 0
+      for x in w:gmatch("%d+") do s = s + tonumber(x) end
+      sums[name] = s
+    end
+    assert.same({ PP, P }, names, json)
+    assert.same({ [PP] = NPP, [P] = NP }, sums, json)
+
+    file = tmp .. "/x.pb.gz"
+    checked_run(PP .. " -e " .. P .. " --pprof " .. cmd:format(file))
+    if sh("command -v go") == "" then pending("needs `go tool pprof` for the pprof half") return end
+    local raw = sh(("env -u LD_PRELOAD HOME=%s GOCACHE=%s/gocache go tool pprof -raw %s 2>&1"):format(tmp, tmp, file))
+    -- the header names both sample types; each sample counts for one event
+    local h1, h2 = raw:match("\nSamples:\n(%S+)/count%S* (%S+)/count")
+    assert.same({ PP, P }, { h1, h2 }, raw)
+    local a, b = 0, 0
+    for x, y in raw:gmatch("\n%s+(%d+)%s+(%d+): [%d ]+\n") do
+      assert.truthy(tonumber(x) == 0 or tonumber(y) == 0, raw)
+      a, b = a + tonumber(x), b + tonumber(y)
+    end
+    assert.same({ NPP, NP }, { a, b }, raw)
+  end)
+end)

@@ -283,7 +283,7 @@ describe("luaperf stat, as perf stat", function()
   end)
 
   it("says what is wrong without a source position", function()
-    for _, a in ipairs({ "record -c 1e30 -- true", "stat -r 0 -- true", "stat -C x -a -- true",
+    for _, a in ipairs({ "record -c 1e30 -- true", "stat -r -1 -- true", "stat -C x -a -- true",
                          "stat -A -- true", "stat --per-thread -- true", "record -e '' -- true" }) do
       local out, rc = run(a)
       assert.truthy(rc == 1 or rc == 2, a .. ": " .. out)
@@ -348,5 +348,68 @@ describe("luaperf record, bugs found against perf", function()
     assert.equal(1, rc, out)
     assert.truthy(out:find("/nonexistent-dir/x.folded", 1, true), out)
     assert.is_nil(io.open(mark), "the workload did not run")
+  end)
+end)
+
+describe("luaperf stat -r 0 (issue 20)", function()
+  local dir
+  before_each(function() dir = sh("mktemp -d /tmp/pe_cli_stat_r0.XXXXXX"):gsub("%s+$", "") end)
+  after_each(function()
+    if dir and dir:match("^/tmp/pe_cli_stat_r0%.") then sh("rm -rf '" .. dir .. "'") end
+  end)
+
+  -- runs `CMD -r 0 ...` in the background (SIGINT at its default, as from a
+  -- terminal), sends it SIG after `after` seconds; its stderr and exit code
+  -- (killed with SIGKILL after 5 s more: it never ends by itself)
+  local function forever(cmd, sig, after)
+    local err = dir .. "/err"
+    local out = sh(("(exec env --default-signal=INT %s 2>%s >/dev/null) & p=$!; sleep %s; kill -%s $p; "
+                    .. "for i in $(seq 50); do kill -0 $p 2>/dev/null || break; sleep 0.1; done; "
+                    .. "kill -KILL $p 2>/dev/null; wait $p; echo \"rc=$?\"")
+                   :format(cmd, err, after, sig))
+    local f = assert(io.open(err, "r"))
+    local text = f:read("*a")
+    f:close()
+    return text, tonumber(out:match("rc=(%d+)"))
+  end
+  -- the blocks of one run each, and the summary's "(N runs)"
+  local function blocks(text)
+    local n, nonzero = 0, 0
+    for body in (text:gsub("Performance counter stats", "\1")):gmatch("\1 for 'true':([^\1]*)") do
+      n = n + 1
+      local ms = tonumber(body:match("([%d%.]+) msec task%-clock"))
+      if ms and ms > 0 then nonzero = nonzero + 1 end
+    end
+    return n, nonzero, tonumber(text:match("stats for 'true' %((%d+) runs%)"))
+  end
+
+  for _, case in ipairs({ { "INT", 130 }, { "TERM", 143 } }) do
+    it(("repeats until SIG%s, each run printed, then the runs so far; rc %d as perf 6.1's"):format(case[1], case[2]),
+       function()
+      local text, rc = forever(interp .. " bin/luaperf stat -r 0 -e task-clock -- true", case[1], 0.5)
+      assert.equal(case[2], rc, text)
+      local n, nonzero, summary = blocks(text)
+      -- true runs in ~1 ms: many runs in 0.5 s, each with its own count
+      assert.truthy(n >= 5, text)
+      assert.equal(n, nonzero, text)
+      -- the summary covers exactly the runs printed (not the one cut short)
+      if n > 1 then assert.equal(n, summary, text) end
+      if have_perf then
+        -- perf 6.1: the same runs printed and the same exit code; it dies
+        -- by the signal, so it prints no summary (luaperf adds one)
+        local ptext, prc = forever("perf stat -r 0 -e task-clock -- true", case[1], 0.5)
+        assert.equal(case[2], prc, ptext)
+        local pn, pnonzero, psummary = blocks(ptext)
+        assert.truthy(pn >= 5, ptext)
+        assert.truthy(pnonzero >= pn - 1, ptext)   -- perf's last block may be cut mid-line
+        assert.is_nil(psummary, ptext)
+      end
+    end)
+  end
+
+  it("-r 0 needs a command, as -r N", function()
+    local out, rc = run("stat -r 0 -a -e task-clock")
+    assert.equal(2, rc, out)
+    assert.truthy(out:find("-r needs a command", 1, true), out)
   end)
 end)

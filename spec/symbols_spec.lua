@@ -199,22 +199,23 @@ describe("symbolizer", function()
     assert.equal("prog+0x10", sym:name(0x400010, 5))
   end)
 
-  it("reads callchains leaf first, skipping PERF_CONTEXT markers, one [unknown] per run", function()
+  it("reads callchains leaf first, skipping PERF_CONTEXT markers, one [unknown] per unknown address", function()
     local sym = symbols.new({ offsets = true })
     sym:add_map(1, 0x1000, 0x1000, 0, "/x/a")
     local chain = decoded_chain({ USER, 0x1010, 0x1021, 0x9999, 0x9998, 0x1031 })
     assert.equal("user", chain[1])
     local frames = sym:callchain(chain, 1)
     -- return addresses are looked up at addr-1
-    assert.same({ "a+0x10", "a+0x20", "[unknown]", "a+0x30" }, frames)
+    assert.same({ "a+0x10", "a+0x20", "[unknown]", "[unknown]", "a+0x30" }, frames)
   end)
 
-  it("groups a run of a file's code without symbols into one [file] frame", function()
+  it("names each address of a run of a file's code without symbols, one [file] frame each, as perf", function()
     local sym = symbols.new()
     sym:add_map(1, 0x1000, 0x1000, 0, "/x/a")
     sym:add_map(1, 0x2000, 0x1000, 0, "//anon")
-    local chain = decoded_chain({ USER, 0x1010, 0x1021, 0x1031, 0x2010, 0x2020, 0x9999, 0x1041 })
-    assert.same({ "[a]", "[anon]", "[unknown]", "[a]" }, sym:callchain(chain, 1))
+    local chain = decoded_chain({ USER, 0x1010, 0x1021, 0x1031, 0x2010, 0x2020, 0x9999, 0x999a, 0x1041 })
+    assert.same({ "[a]", "[a]", "[a]", "[anon]", "[anon]", "[unknown]", "[unknown]", "[a]" },
+                sym:callchain(chain, 1))
   end)
 
   it("names the frames of a callchain the core's decoder made, first user frame exactly", function()
@@ -431,5 +432,52 @@ int main(void) {
     assert.truthy(names["msort_with_tmp.part.0"], "perf names no msort_with_tmp.part.0")
     assert.truthy(names.cmp, "perf names no cmp")
     assert.same({}, wrong)
+  end)
+end)
+
+describe("a stripped binary's frames in luaperf record's folded stacks", function()
+  local dir
+  before_each(function() dir = sh("mktemp -d /tmp/pe_symbols_strip.XXXXXX"):gsub("%s+$", "") end)
+  after_each(function()
+    if dir and dir:match("^/tmp/pe_symbols_strip%.") then sh("rm -rf '" .. dir .. "'") end
+  end)
+
+  -- the stack of the most samples in folded text
+  local function heaviest(text)
+    local best, most = nil, -1
+    for stack, n in text:gmatch("([^\n]+) (%d+)\n") do
+      if tonumber(n) > most then best, most = stack, tonumber(n) end
+    end
+    return best
+  end
+
+  it("has one frame per address without a symbol, as perf's own folded output (perf script report stackcollapse)",
+     function()
+    if sh("command -v cc strip") == "" then pending("needs cc and strip") return end
+    -- petarget with its library in one executable, frame pointers kept,
+    -- stripped: main -> pet_spin -> pet_spin_inner, three addresses in a row
+    -- without a symbol
+    local exe = dir .. "/pst"
+    sh(("cc -O0 -fno-omit-frame-pointer spec/support/petarget_main.c spec/support/petarget.c -o %s -lpthread "
+        .. "&& strip %s"):format(exe, exe))
+    assert.equal("", sh("nm " .. exe .. " 2>/dev/null"))
+    local interp = jit and "luajit" or _VERSION:gsub("Lua ", "lua")
+    local out = sh(("%s bin/luaperf record -g -F 999 -o %s/l.folded -- %s spin 100000000 2>&1 >/dev/null")
+                   :format(interp, dir, exe))
+    local f = assert(io.open(dir .. "/l.folded", "r"), out)
+    local ours = heaviest(f:read("*a"))
+    f:close()
+    -- the leaf and its two callers, each named by the file: [pst];[pst];[pst]
+    assert.truthy(ours and ours:match("^pst;.-__libc_start_call_main;%[pst%];%[pst%];%[pst%]$"), ours)
+    if sh("command -v perf") == "" then return end
+    sh(("perf record -q -g -F 999 -o %s/p.data -- %s spin 100000000 >/dev/null 2>&1"):format(dir, exe))
+    local theirs = heaviest(sh("perf script report stackcollapse -i " .. dir .. "/p.data 2>/dev/null"))
+    if not theirs then pending("this perf has no python scripting (perf script report stackcollapse)") return end
+    -- perf names them [unknown] where luaperf names the file (as
+    -- stackcollapse-perf.pl does from perf script's "[unknown] (/path/pst)"):
+    -- the same frames, one per address; perf's stack starts at the libc frame
+    local mapped = ours:gsub("%[pst%]", "[unknown]")
+    assert.equal(theirs, mapped:sub(-#theirs), ours .. " / " .. theirs)
+    assert.truthy(theirs:match("%[unknown%];%[unknown%];%[unknown%]$"), theirs)
   end)
 end)

@@ -109,14 +109,15 @@ local function hex_not(h)
 end
 
 -- the bytes of the sample_id trailer non-sample records carry, zeroed but
--- for pid/tid (sample_type order: tid, time, id, stream_id, cpu, identifier)
-local function sample_id_trailer(sample_type, pid, tid)
+-- for pid/tid and the event's id (sample_type order: tid, time, id,
+-- stream_id, cpu, identifier); id 0 stands for the first event
+local function sample_id_trailer(sample_type, pid, tid, id)
   local st = tonumber(sample_type) or 0
   local function has(bit) return (st / bit) % 2 >= 1 end
   local out = {}
   if has(ST.tid) then out[#out + 1] = u32(pid, tid) end
   for _, b in ipairs({ ST.time, ST.id, ST.stream_id, ST.cpu, ST.identifier }) do
-    if has(b) then out[#out + 1] = u64(0) end
+    if has(b) then out[#out + 1] = u64((b == ST.id or b == ST.identifier) and id or 0) end
   end
   return concat(out)
 end
@@ -132,7 +133,7 @@ function M.kernel_mmap(sample_type, sample_id_all)
   if not text then return nil end
   local name = "[kernel.kallsyms]_text"
   local fname = name .. rep("\0", align(#name + 1, 8) - #name)
-  local trailer = sample_id_all and sample_id_trailer(sample_type, -1, 0) or ""
+  local trailer = sample_id_all and sample_id_trailer(sample_type, -1, 0, 0) or ""
   local body = u32(-1, 0) .. u64("0x" .. text, hex_not(text), "0x" .. text) .. fname .. trailer
   return u32(RT.mmap) .. u16(MISC.kernel, 8 + #body) .. body
 end
@@ -301,12 +302,15 @@ local function build_id_entry(name, id, cpumode)
 end
 
 --- Appends a LOST_SAMPLES record: n samples the kernel dropped (read_format
--- LOST), as perf record writes one at its end; `perf report` prints them
--- as "Total Lost Samples".
-function Writer:lost_samples(n)
-  local first = self.attrs[1]
-  local st = first and first.sample_type
-  local trailer = first and first.sample_id_all and sample_id_trailer(st, 0, 0) or ""
+-- LOST), as perf record writes one at its end (one per event); `perf
+-- report` prints them as "Total Lost Samples".
+-- @tparam number n the samples lost
+-- @tparam[opt] number i the event's index in `create`'s list (1): its
+--   first id goes in the record's sample_id
+function Writer:lost_samples(n, i)
+  local a = self.attrs[i or 1] or self.attrs[1]
+  local st = a and a.sample_type
+  local trailer = a and a.sample_id_all and sample_id_trailer(st, 0, 0, a.ids[1] or 0) or ""
   local raw = u32(RT.lost_samples) .. u16(0, 16 + #trailer) .. u64(n) .. trailer
   self:add(raw)
 end

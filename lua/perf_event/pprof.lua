@@ -542,7 +542,9 @@ end
 -- @tparam table sym a perf_event.symbols symbolizer
 -- @tparam[opt] table opts `event` (name, "cpu-clock"), `period` (a fixed
 --   period, for samples without one), `comm` (function pid -> command name
---   for the `comm` label)
+--   for the `comm` label); `events` (a list of two or more names): one
+--   sample type per event, its count (a clock's nanoseconds), and
+--   `add(rec, i)` adds a sample of the i-th event (the others' values 0)
 -- @treturn table collector
 function M.recorder(sym, opts)
   opts = opts or {}
@@ -555,21 +557,35 @@ function M.recorder(sym, opts)
   local markers = { [abi.context_other] = true }
   for name in pairs(abi.context) do markers[name] = true end
   local types, ptype, default = types_for(opts.event)
+  local multi = type(opts.events) == "table" and #opts.events > 1 and opts.events
+  local comment = "luaperf record -e " .. tostring(opts.event or "cpu-clock")
+  if multi then
+    -- one value per event: its count (nanoseconds for a clock), named by it
+    types = {}
+    for i, name in ipairs(multi) do
+      name = tostring(name)
+      types[i] = { type = name, unit = CLOCKS[name] and "nanoseconds" or "count" }
+    end
+    ptype, default = types[1], types[1].type
+    comment = "luaperf record -e " .. concat(multi, " -e ")
+  end
+  local nvalues = #types
   local t = { sample_types = types, period_type = ptype, period = opts.period, default_sample_type = default,
               time_nanos = opts.time_nanos or wall_nanos(), mappings = {}, samples = {},
-              comments = { "luaperf record -e " .. tostring(opts.event or "cpu-clock") } }
+              comments = { comment } }
   local add_map = mapping_set(t)
   local by = {}
   local r = { samples = 0, t = t }
   local periods, nperiods, pids = 0, 0, {}
   -- frames shared by the samples: mappings list -> "address[r]" -> frame
   local frame_of, all, serial, none = {}, {}, {}, {}
-  function r.add(rec)
+  function r.add(rec, ei)
     local chain = rec.callchain
     if not chain or #chain == 0 then chain = { rec.ip } end
     local pid = rec.pid
     pids[pid] = true
-    local leaf_first, keys = {}, { tostring(pid) }
+    ei = multi and ei or 1
+    local leaf_first, keys = {}, { ei .. ":" .. tostring(pid) }
     local first = true
     for _, a in ipairs(chain) do
       local h = not (type(a) == "string" and markers[a]) and S.hex(a)
@@ -607,12 +623,17 @@ function M.recorder(sym, opts)
       local labels = { { key = "pid", num = pid } }
       local comm = opts.comm and opts.comm(pid)
       if comm then labels[2] = { key = "comm", str = comm } end
-      s = { frames = frames, values = { 0, 0 }, labels = labels }
+      local values = {}
+      for i = 1, nvalues do values[i] = 0 end
+      s = { frames = frames, values = values, labels = labels }
       by[k] = s
       t.samples[#t.samples + 1] = s
     end
-    s.values[1] = s.values[1] + 1
-    s.values[2] = s.values[2] + period
+    if multi then s.values[ei] = s.values[ei] + period
+    else
+      s.values[1] = s.values[1] + 1
+      s.values[2] = s.values[2] + period
+    end
     periods, nperiods = periods + period, nperiods + 1
     r.samples = r.samples + 1
   end

@@ -98,20 +98,21 @@ end
 -- value, the sample count, by default), frames shared by name, file and line.
 -- @tparam table t the neutral table (`samples = { {frames=, values=}, ... }`)
 -- @tparam[opt] table opts `name` (the profile's name), `value` (which value
---   is the weight: 1, the count; 2, e.g. nanoseconds of a clock event)
+--   is the weight: 1, the count; 2, e.g. nanoseconds of a clock event);
+--   `values` (a list of value indexes): one profile for each, named by its
+--   sample type, over the samples whose value there is not 0 (`luaperf
+--   record` with several events)
 -- @treturn string JSON text
 function M.encode(t, opts)
   opts = opts or {}
   if type(t) ~= "table" or type(t.samples) ~= "table" then
     error("speedscope.encode: a table with samples expected", 2)
   end
-  local vi = opts.value or 1
-  local vt = t.sample_types and t.sample_types[vi]
-  -- speedscope's units: a clock's nanoseconds stay, anything else is "none"
-  local unit = (vt and vt.unit == "nanoseconds") and "nanoseconds" or "none"
+  if opts.values ~= nil and (type(opts.values) ~= "table" or #opts.values == 0) then
+    error("speedscope.encode: opts.values must be a list of value indexes", 2)
+  end
   local frames, fidx, by_frame = array({}), {}, {}
-  local samples, weights, same = array({}), array({}), {}
-  local total = 0
+  local stacks = {}
   for i, s in ipairs(t.samples) do
     if type(s) ~= "table" or type(s.frames) ~= "table" or type(s.values) ~= "table" then
       error(format("speedscope.encode: samples[%d] must be {frames=, values=}", i), 2)
@@ -135,29 +136,47 @@ function M.encode(t, opts)
       end
       stack[#stack + 1] = id
     end
-    local w = s.values[vi] or error(format("speedscope.encode: samples[%d] has no value %d", i, vi), 2)
-    -- stacks that differ only in addresses (or pid) name the same frames: one sample
-    local sk = concat(stack, ",")
-    local at = same[sk]
-    if at then weights[at] = weights[at] + w
-    else
-      samples[#samples + 1] = stack
-      weights[#weights + 1] = w
-      same[sk] = #weights
-    end
-    total = total + w
+    stacks[i] = stack
   end
-  local name = opts.name or (vt and vt.type) or "profile"
+  local function profile(vi, pname, keep_zero)
+    local vt = t.sample_types and t.sample_types[vi]
+    -- speedscope's units: a clock's nanoseconds stay, anything else is "none"
+    local unit = (vt and vt.unit == "nanoseconds") and "nanoseconds" or "none"
+    local samples, weights, same = array({}), array({}), {}
+    local total = 0
+    for i, s in ipairs(t.samples) do
+      local w = s.values[vi] or error(format("speedscope.encode: samples[%d] has no value %d", i, vi), 3)
+      if keep_zero or w ~= 0 then
+        -- stacks that differ only in addresses (or pid) name the same frames: one sample
+        local sk = concat(stacks[i], ",")
+        local at = same[sk]
+        if at then weights[at] = weights[at] + w
+        else
+          samples[#samples + 1] = stacks[i]
+          weights[#weights + 1] = w
+          same[sk] = #weights
+        end
+        total = total + w
+      end
+    end
+    return { type = "sampled", name = pname or (vt and vt.type) or "profile", unit = unit, startValue = 0,
+             endValue = total, samples = samples, weights = weights }
+  end
+  local profiles = array({})
+  if opts.values then
+    for _, vi in ipairs(opts.values) do profiles[#profiles + 1] = profile(vi, nil, false) end
+  else
+    local vi = opts.value or 1
+    local vt = t.sample_types and t.sample_types[vi]
+    profiles[1] = profile(vi, opts.name or (vt and vt.type) or "profile", true)
+  end
   local doc = {
     ["$schema"] = "https://www.speedscope.app/file-format-schema.json",
     exporter = "perf_event.speedscope",
-    name = name,
+    name = opts.name or profiles[1].name,
     activeProfileIndex = 0,
     shared = { frames = frames },
-    profiles = array({ {
-      type = "sampled", name = name, unit = unit, startValue = 0, endValue = total,
-      samples = samples, weights = weights,
-    } }),
+    profiles = profiles,
   }
   local buf = {}
   json(doc, buf)

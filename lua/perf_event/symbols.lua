@@ -668,11 +668,11 @@ function Sym:callchain(chain, pid)
         local n = user_number(h)
         if n then look = n - 1 end
       end
-      local name = self:name(look, pid)
-      -- code without frame pointers (JIT traces) yields runs of garbage
-      -- return addresses: one [unknown] (or one "[lib.so]" for a file's
-      -- code without symbols) stands for the run
-      if sub(name, 1, 1) ~= "[" or out[#out] ~= name then out[#out + 1] = name end
+      -- one frame per address, as perf's: a run of addresses without a
+      -- symbol (a stripped binary, JIT code) is a run of "[prog]" (a
+      -- file's code) or "[unknown]" frames, as perf script names them and
+      -- stackcollapse-perf.pl folds them
+      out[#out + 1] = self:name(look, pid)
       first = false
     end
   end

@@ -3,6 +3,7 @@
  * peer tools (perf) can measure a separate process:
  *   petarget call N          pet_work called N times
  *   petarget getppid N       getppid(2) called N times
+ *   petarget getpids N M     getppid(2) N times, then getpid(2) M times
  *   petarget spin ITERS      burn CPU in pet_spin_inner
  *   petarget touch W R       W writes and R reads of pet_cell[0]
  *   petarget sleep MS        sleep, then exit
@@ -32,12 +33,15 @@ int main(int argc, char **argv)
   uint64_t b = argc > 3 ? strtoull(argv[3], NULL, 0) : 0;
   uint64_t i;
   if (argc < 2) {
-    fprintf(stderr, "usage: petarget call N | getppid N | spin ITERS | touch W R | sleep MS\n");
+    fprintf(stderr, "usage: petarget call N | getppid N | getpids N M | spin ITERS | touch W R | sleep MS\n");
     return 2;
   }
   if (strcmp(argv[1], "call") == 0) pet_call(a);
   else if (strcmp(argv[1], "getppid") == 0) for (i = 0; i < a; i++) getppid();
-  else if (strcmp(argv[1], "spin") == 0) printf("%llu\n", (unsigned long long)pet_spin(a));
+  else if (strcmp(argv[1], "getpids") == 0) {
+    for (i = 0; i < a; i++) getppid();
+    for (i = 0; i < b; i++) getpid();
+  } else if (strcmp(argv[1], "spin") == 0) printf("%llu\n", (unsigned long long)pet_spin(a));
   else if (strcmp(argv[1], "touch") == 0) pet_touch(a, b);
   else if (strcmp(argv[1], "sleep") == 0) {
     struct timespec ts = { (time_t)(a / 1000), (long)(a % 1000) * 1000000L };

@@ -21,7 +21,9 @@ usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g | --call-graph fp|dwarf
                       [--pprof | --speedscope]
        luaperf record --lua [-e EVENT] [-F HZ | -c PERIOD] [-p PID] [-o FILE] [-- CMD ARGS...]
 
-  -e, --event EVENT   what triggers a sample (default: cpu-clock)
+  -e, --event EVENT   what triggers a sample (default: cpu-clock); several
+                      (-e A -e B, or -e A,B) are sampled side by side, each
+                      kept apart in every output (below)
   -F, --freq HZ       samples per second (default 999); above the kernel's
                       perf_event_max_sample_rate lowered to it with a warning
   -c, --count PERIOD  one sample every PERIOD events instead of -F
@@ -59,14 +61,20 @@ usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g | --call-graph fp|dwarf
                       it, no Lua callers; folded output only (with CMD,
                       --pprof and --speedscope too)
 
-Folded output: one line per distinct stack, root first: 'comm;main;caller;callee N'.
+Folded output: one line per distinct stack, root first: 'comm;main;caller;callee N';
+with several events each stack is rooted at its event: 'EVENT;comm;main;... N'.
+perf.data has one attr per event (its ids in each sample, as perf's); --pprof
+one sample type per event, --speedscope one profile per event; the closing
+line gives the samples and lost of each event.
 Samples the kernel dropped (a full ring) are counted, never hidden: a
-'[lost] N' line in folded output, a LOST_SAMPLES record in perf.data
-('perf report': Total Lost Samples) and '; N lost' on the closing line.
+'[lost] N' line in folded output ('EVENT;[lost] N' with several events), a
+LOST_SAMPLES record in perf.data ('perf report': Total Lost Samples) and
+'; N lost' on the closing line.
 User addresses are named from the ELF symbol tables (.symtab/.dynsym) of the
 mapped files or of their separate debug files (/usr/lib/debug/.build-id,
 .gnu_debuglink: install e.g. libc6-dbg), kernel ones from /proc/kallsyms; a
-file's code without a symbol prints as [lib.so], others as [unknown].
+file's code without a symbol prints as [lib.so], others as [unknown]: one
+frame per address, as perf (a stripped program: [prog];[prog];[prog]).
 ]=],
 }
 
@@ -97,15 +105,16 @@ function M.folder(sym, opts)
     end
     return c
   end
-  function f.add(rec)
+  -- root: the event's name, first in the stack (record with several -e)
+  function f.add(rec, root)
     local frames = rec.frames   -- named already (record --lua -p)
     if not frames and rec.callchain and #rec.callchain > 0 then
       frames = sym:callchain(rec.callchain, rec.pid)
     elseif not frames then
       frames = { sym:name(rec.ip, rec.pid) }
     end
-    local parts = {}
-    if opts.comm ~= false then parts[1] = comm(rec.pid) end
+    local parts = { root }
+    if opts.comm ~= false then parts[#parts + 1] = comm(rec.pid) end
     for i = #frames, 1, -1 do parts[#parts + 1] = frames[i] end
     local key = concat(parts, ";")
     if not counts[key] then counts[key] = 0; order[#order + 1] = key end
@@ -230,7 +239,9 @@ function M.record(argv)
       usage_error("record", "--lua writes folded stacks, not perf.data: -o " .. o.output .. " (add --folded)")
     end
   end
-  if #o.events > 1 then usage_error("record", "record takes one -e EVENT") end
+  if o.lua and (#o.events > 1 or tostring(o.events[1] or ""):find(",")) then
+    usage_error("record", "--lua takes one -e EVENT")
+  end
   if o.freq and o.count then usage_error("record", "-F and -c exclude each other") end
   local pid = o.pid and number_opt("record", o.pid, "-p PID")
   -- -t TID: one thread, no inherit; -a / -C CPUS: pid -1 on each CPU (as perf record)
@@ -289,12 +300,23 @@ function M.record(argv)
     return record_lua_child(o, freq, period, out, path, as_profile)
   end
 
-  local spec = o.events[1] or { type = "software", config = SW.cpu_clock, name = "cpu-clock" }
-  local specs, serr = require("perf_event.stat").expand(spec, 1)
-  if not specs then io.stderr:write("luaperf record: ", tostring(serr), "\n") return 1 end
-  if #specs > 1 then usage_error("record", "record takes one event; '" .. spec .. "' names " .. #specs) end
+  -- every -e, each a list (-e A,B) as perf record takes them: each event
+  -- is sampled on its own, its samples kept apart in every output
+  local specs = {}
+  local given = #o.events > 0 and o.events or { { type = "software", config = SW.cpu_clock, name = "cpu-clock" } }
+  for _, spec in ipairs(given) do
+    local list, serr = require("perf_event.stat").expand(spec, 1)
+    if not list then io.stderr:write("luaperf record: ", tostring(serr), "\n") return 1 end
+    for _, r in ipairs(list) do
+      if r.tool or not r.attr then
+        usage_error("record", format("'%s' is counted by luaperf stat, not sampled: not with record",
+                                     tostring(r.name)))
+      end
+      specs[#specs + 1] = r
+    end
+  end
+  local multi = #specs > 1
   local R = require("perf_event.resolve")
-  local base = specs[1].attr
   -- with -c, no PERIOD: the kernel samples every event of a software event
   -- or tracepoint whose sample_type has PERIOD (perf_swevent_event), so
   -- the period would be ignored; perf leaves it out as well
@@ -307,7 +329,20 @@ function M.record(argv)
   -- tracepoint's fields go with it (RAW), as perf record samples them
   local path = o.output or (o.pprof and "perf.pb.gz") or (o.speedscope and "perf.speedscope.json") or "perf.folded"
   local to_data = path:find("%.data$") ~= nil and not o.folded and not as_profile
-  if to_data and tonumber(base.type) == c.abi.type.tracepoint then sample_type = sample_type .. "|raw" end
+  -- each event's sample_type; several events: their ID in each sample and
+  -- side-band record, and IDENTIFIER too when the sample_types differ, as
+  -- perf 6.1 sets them (evlist__config), so perf tells the samples apart
+  local sample_types, differ = {}, false
+  for i, r in ipairs(specs) do
+    local st = sample_type
+    if to_data and tonumber(r.attr.type) == c.abi.type.tracepoint then st = st .. "|raw" end
+    if multi then st = st .. "|id" end
+    sample_types[i] = st
+    if st ~= sample_types[1] then differ = true end
+  end
+  if differ then
+    for i, st in ipairs(sample_types) do sample_types[i] = st .. "|identifier" end
+  end
 
   -- the output is opened before anything runs: a bad path fails at once
   -- (perf.data: perfdata.create, below, before the command is started)
@@ -342,24 +377,34 @@ function M.record(argv)
   local pages = mmap_pages or M.default_pages(cg and cg.mode == "dwarf")
   local PAGE = c._private.page_size()
   local slots = {}
-  for _, t in ipairs(tids) do
-    for _, cpu in ipairs(cpus) do slots[#slots + 1] = { tid = t, cpu = cpu } end
+  for i in ipairs(specs) do
+    for _, t in ipairs(tids) do
+      for _, cpu in ipairs(cpus) do slots[#slots + 1] = { tid = t, cpu = cpu, ei = i } end
+    end
   end
+  -- per event: its name, its events (one per thread and CPU), its counts
+  local per = {}
+  for i, r in ipairs(specs) do per[i] = { name = r.name, evs = {}, samples = 0, lost = 0 } end
+  local ev_index = {}
   for _, slot in ipairs(slots) do
-    local cpu = slot.cpu
+    local cpu, ei = slot.cpu, slot.ei
+    local spec = specs[ei]
     local attr = {}
-    for k, v in pairs(base) do attr[k] = v end
-    attr.sample_type = sample_type
+    for k, v in pairs(spec.attr) do attr[k] = v end
+    attr.sample_type = sample_types[ei]
     if period then attr.sample_period = period
     else attr.freq = true; attr.sample_freq = freq or 999 end
     attr.disabled = child ~= nil
     attr.enable_on_exec = child ~= nil
     attr.inherit = not tid
-    attr.mmap2 = true
-    attr.mmap = true
-    attr.comm = true
-    attr.comm_exec = true
-    attr.task = true
+    -- the side band (mmaps, comms, forks) from the first event only, as
+    -- perf's tracking event: once, whatever the number of events
+    local track = ei == 1
+    attr.mmap2 = track
+    attr.mmap = track
+    attr.comm = track
+    attr.comm_exec = track
+    attr.task = track
     attr.sample_id_all = true
     -- woken when a quarter of the ring is written (perf: half, the
     -- kernel's default): the copy out (ring_take) starts early
@@ -373,7 +418,7 @@ function M.record(argv)
       attr.sample_stack_user = cg.size
       -- perf.data: the non-executable mappings too (perf's mmap_data for
       -- dwarf), where .eh_frame_hdr lies: perf script unwinds with them
-      if to_data then attr.mmap_data = true end
+      if to_data and track then attr.mmap_data = true end
     end
     if o.lua then   -- user space only, as pe.profile
       attr.exclude_kernel, attr.exclude_callchain_kernel = true, true
@@ -382,7 +427,7 @@ function M.record(argv)
     end
     -- perf's fallbacks (perf_event.resolve): user-space only on EACCES,
     -- no exclude_guest on EINVAL
-    local r = { attr = attr, name = specs[1].name, explicit = specs[1].explicit, guest = specs[1].guest }
+    local r = { attr = attr, name = spec.name, explicit = spec.explicit, guest = spec.guest }
     local ev
     while true do
       attr.wakeup_watermark = math.floor(pages * PAGE / 4)
@@ -401,6 +446,8 @@ function M.record(argv)
       return 1
     end
     evs[#evs + 1] = ev
+    ev_index[ev] = ei
+    per[ei].evs[#per[ei].evs + 1] = ev
   end
 
   local pdata
@@ -414,7 +461,9 @@ function M.record(argv)
       if f then f:close() end
       if size and size > 0 then rename(path, path .. ".old") end
     end
-    pdata, err = require("perf_event.perfdata").create(path, { { ev = evs[1], evs = evs, name = specs[1].name } },
+    local attrs = {}
+    for i, e in ipairs(per) do attrs[i] = { ev = e.evs[1], evs = e.evs, name = e.name } end
+    pdata, err = require("perf_event.perfdata").create(path, attrs,
                                                        { cmdline = argv0, pid = pid or tgid,
                                                          all = wide or nil })
     if not pdata then
@@ -429,8 +478,11 @@ function M.record(argv)
   if pid or tgid then sym:load_maps(pid or tgid) end
   local folder = M.folder(sym)
   -- --pprof / --speedscope: the samples with their addresses and mappings
+  local names = {}
+  for i, e in ipairs(per) do names[i] = e.name end
   local collector = as_profile and require("perf_event.pprof").recorder(sym, {
-    event = specs[1].name, period = period, comm = function(p) return sym.comms and sym.comms[p] end })
+    event = specs[1].name, events = multi and names or nil, period = period,
+    comm = function(p) return sym.comms and sym.comms[p] end })
   local t_start = c.now()
   local seen_pid = {}
   local lmap, nlua = o.lua and M.luamap(pid), 0
@@ -478,6 +530,7 @@ function M.record(argv)
         local rec
         rec, pos = chunk_record(ev, chunk, pos)
         if not rec then break end
+        rec.ev_index = ev_index[ev]
         if pdata then rec.raw_bytes = chunk:sub(at, pos - 1) end
         batch[#batch + 1] = rec
         tick(#batch)
@@ -486,7 +539,11 @@ function M.record(argv)
     -- rings are per CPU: merge by time so mmaps precede the samples in them
     table.sort(batch, function(a, b) return time_of(a) < time_of(b) end)
     if pdata then
-      for i, rec in ipairs(batch) do pdata:add(rec.raw_bytes, rec) tick(i) end
+      for i, rec in ipairs(batch) do
+        if rec.type == "sample" then per[rec.ev_index].samples = per[rec.ev_index].samples + 1 end
+        pdata:add(rec.raw_bytes, rec)
+        tick(i)
+      end
       if #batch > 0 then pdata:round() end
       return
     end
@@ -503,8 +560,10 @@ function M.record(argv)
           rec.frames, named = lmap:frames(rec, sym)
           if named then nlua = nlua + 1 end
         end
-        folder.add(rec)
-        if collector then collector.add(rec) end
+        local ei = rec.ev_index
+        per[ei].samples = per[ei].samples + 1
+        folder.add(rec, multi and per[ei].name or nil)
+        if collector then collector.add(rec, ei) end
       else
         sym:record(rec)
       end
@@ -575,15 +634,27 @@ function M.record(argv)
   drain()
   -- lost: what the LOST and LOST_SAMPLES records said, or the events'
   -- own count of dropped samples (read_format LOST), whichever is more
-  local lost_records, lost_read = 0, 0
-  for _, ev in ipairs(evs) do
-    lost_records = lost_records + (tonumber((ev:lost())) or 0)
-    local v = ev:read_raw()
-    lost_read = lost_read + (tonumber(v and v.lost) or 0)
+  -- (each event's own: its LOST_SAMPLES record carries its id)
+  local lost = 0
+  for i, e in ipairs(per) do
+    local lost_records, lost_read = 0, 0
+    for _, ev in ipairs(e.evs) do
+      lost_records = lost_records + (tonumber((ev:lost())) or 0)
+      local v = ev:read_raw()
+      lost_read = lost_read + (tonumber(v and v.lost) or 0)
+    end
+    e.lost = math.max(lost_records, lost_read)
+    lost = lost + e.lost
+    if pdata and lost_read > 0 then pdata:lost_samples(lost_read, i) end
   end
-  local lost = math.max(lost_records, lost_read)
-  if pdata and lost_read > 0 then pdata:lost_samples(lost_read) end
   for _, ev in ipairs(evs) do ev:close() end
+  -- several events: the closing line gives each one's samples and lost
+  local each = ""
+  if multi then
+    local parts = {}
+    for i, e in ipairs(per) do parts[i] = format("%s: %d samples, %d lost", e.name, e.samples, e.lost) end
+    each = " (" .. concat(parts, "; ") .. ")"
+  end
 
   if pdata then
     local ok, werr = pdata:close()
@@ -591,8 +662,8 @@ function M.record(argv)
       io.stderr:write(format("luaperf record: failed to write perf data to %s: %s\n", path, tostring(werr)))
       return 1
     end
-    io.stderr:write(format("[ luaperf record: %d samples written to %s (perf.data); %d lost ]\n",
-                           pdata.samples, path, lost))
+    io.stderr:write(format("[ luaperf record: %d samples written to %s (perf.data); %d lost%s ]\n",
+                           pdata.samples, path, lost, each))
     if child and (status == "exited" or status == "signaled") then return exit_code(status, code) end
     return 0
   end
@@ -601,7 +672,18 @@ function M.record(argv)
     t.duration_nanos = (c.now() - t_start) * 1e9
     -- the lost samples: a stack of one frame '[lost]' (its count, its
     -- share at the mean period) and a comment, as '[lost] N' in folded
-    if lost > 0 then
+    -- (several events: one such stack per event, its value at its index)
+    if multi then
+      for i, e in ipairs(per) do
+        if e.lost > 0 then
+          local values = {}
+          for j = 1, #per do values[j] = 0 end
+          values[i] = math.floor(e.lost * (tonumber(t.period) or 1))
+          t.samples[#t.samples + 1] = { frames = { { name = "[lost]" } }, values = values }
+          t.comments[#t.comments + 1] = format("%s: %d samples lost", e.name, e.lost)
+        end
+      end
+    elseif lost > 0 then
       t.samples[#t.samples + 1] = { frames = { { name = "[lost]" } },
                                     values = { lost, math.floor(lost * (tonumber(t.period) or 1)) } }
       t.comments[#t.comments + 1] = format("%d samples lost", lost)
@@ -610,15 +692,20 @@ function M.record(argv)
     if as_profile == "pprof" then bytes = require("perf_event.pprof").encode(t)
     else
       local name = #o.cmd > 0 and concat(o.cmd, " ") or "luaperf record"
-      bytes = require("perf_event.speedscope").encode(t, { name = name })
+      local values
+      if multi then
+        values = {}
+        for i = 1, #per do values[i] = i end
+      end
+      bytes = require("perf_event.speedscope").encode(t, { name = name, values = values })
     end
     local ok, werr = M.write_out(out, bytes)
     if not ok then
       io.stderr:write(format("luaperf record: failed to write %s: %s\n", path == "-" and "stdout" or path, werr))
       return 1
     end
-    io.stderr:write(format("[ luaperf record: %d samples, %d stacks written to %s (%s); %d lost ]\n",
-                           collector.samples, #t.samples, path == "-" and "stdout" or path, as_profile, lost))
+    io.stderr:write(format("[ luaperf record: %d samples, %d stacks written to %s (%s); %d lost%s ]\n",
+                           collector.samples, #t.samples, path == "-" and "stdout" or path, as_profile, lost, each))
     if child and (status == "exited" or status == "signaled") then return exit_code(status, code) end
     return 0
   end
@@ -629,14 +716,20 @@ function M.record(argv)
   end
   -- the lost samples are a stack of their own, '[lost] N': a flame graph
   -- shows their share, and the file says how many there were
-  if lost > 0 then lines[#lines + 1] = format("[lost] %d", lost) end
+  if multi then
+    for _, e in ipairs(per) do
+      if e.lost > 0 then lines[#lines + 1] = format("%s;[lost] %d", e.name, e.lost) end
+    end
+  elseif lost > 0 then
+    lines[#lines + 1] = format("[lost] %d", lost)
+  end
   local ok, werr = M.write_out(out, #lines > 0 and concat(lines, "\n") .. "\n" or "")
   if not ok then
     io.stderr:write(format("luaperf record: failed to write %s: %s\n", path == "-" and "stdout" or path, werr))
     return 1
   end
-  io.stderr:write(format("[ luaperf record: %d samples, %d stacks written to %s; %d lost ]\n", folder.samples,
-                         #lines, path == "-" and "stdout" or path, lost))
+  io.stderr:write(format("[ luaperf record: %d samples, %d stacks written to %s; %d lost%s ]\n", folder.samples,
+                         #lines, path == "-" and "stdout" or path, lost, each))
   if child and (status == "exited" or status == "signaled") then return exit_code(status, code) end
   return 0
 end

@@ -29,7 +29,10 @@ usage: luaperf stat [-e EVENTS] [-p PID | -t TID | -a | -C CPUS] [-A | --per-thr
   -C, --cpu CPUS          count these CPUs only (0,2-3), system wide
   -A, --no-aggr           with -a/-C: one count per CPU
       --per-thread        with -p/-t: one count per thread
-  -r, --repeat N          run CMD N times; print the means and their relative stddev
+  -r, --repeat N          run CMD N times; print the means and their relative stddev;
+                          -r 0: forever, each run printed as it ends, until SIGINT or
+                          SIGTERM (the run it cuts short is not counted), then the
+                          means of the runs so far; exit status 128 + the signal
   -I, --interval-print MS print the counts of every MS milliseconds
   -x, --field-separator SEP  CSV-like output: value,unit,event,run,percent,metric,unit
   -j, --json-output       one JSON object per event (perf 6.1's shape)
@@ -125,7 +128,7 @@ local function stat_once(o, events, out)
     last, last_t = r, now
   end
 
-  local status, code, ru
+  local status, code, ru, sig
   while true do
     local step = o.interval or -1
     if child then
@@ -139,7 +142,13 @@ local function stat_once(o, events, out)
       print_interval()
     elseif status == "signal" then
       if not child then break end   -- Ctrl-C: print what was counted
-      -- the child got the same SIGINT from the terminal; wait for it
+      -- the child got the same SIGINT from the terminal; wait for it.
+      -- -r 0: this run is cut short and the repeating ends; the signal
+      -- goes to the command too (sent to luaperf alone, it would not end)
+      if o.forever then
+        sig = sig or code
+        child:kill(code)
+      end
     else
       break
     end
@@ -150,16 +159,18 @@ local function stat_once(o, events, out)
   if o.interval then
     print_interval()
   else
+    -- (-r 0's runs without user/sys times, as perf prints them)
+    local times = not attach and not o.forever and ru
     local extra = { elapsed = elapsed, label = label,
-                    utime = (not attach and ru) and ru.utime or nil,
-                    stime = (not attach and ru) and ru.stime or nil }
+                    utime = times and ru.utime or nil,
+                    stime = times and ru.stime or nil }
     if o.each then res = set:read_each(extra) res.elapsed, res.label = elapsed, label
     else res = set:read(extra) end
   end
   set:close()
   local rc = 0
   if child and (status == "exited" or status == "signaled") then rc = exit_code(status, code) end
-  return res or true, rc
+  return res or true, rc, sig
 end
 
 -- prints a result (or per-thread/CPU results) as perf stat does
@@ -219,7 +230,9 @@ function M.stat(argv)
   run.pid = o.pid and number_opt("stat", o.pid, "-p PID")
   run.interval = o["interval-print"] and number_opt("stat", o["interval-print"], "-I MS", 1)
   run.sep, run.json = o["field-separator"], o["json-output"]
-  local reps = o["repeat"] and number_opt("stat", o["repeat"], "-r N") or 1
+  -- -r 0: forever (perf's "forever: 0"), until SIGINT or SIGTERM
+  local reps = o["repeat"] and number_opt("stat", o["repeat"], "-r N", 0) or 1
+  run.forever = reps == 0
   if o.tid then run.tids, run.tids_str = int_list("stat", o.tid, "-t TID"), o.tid end
   if o.cpu then run.all, run.cpus_str = int_list("stat", o.cpu, "-C CPUS"), o.cpu
   elseif o["all-cpus"] then run.all = true end
@@ -241,7 +254,7 @@ function M.stat(argv)
   if run.interval and run.each then
     usage_error("stat", "-I with -A or --per-thread is not supported by luaperf yet")
   end
-  if reps > 1 and (run.interval or run.each or #o.cmd == 0) then
+  if reps ~= 1 and (run.interval or run.each or #o.cmd == 0) then
     usage_error("stat", "-r needs a command and goes with neither -I, -A nor --per-thread")
   end
   local events = #o.events > 0 and { concat(o.events, ",") } or DEFAULT_EVENTS
@@ -252,6 +265,26 @@ function M.stat(argv)
   if out ~= io.stderr and out ~= io.stdout then out:write(os_date("# started on %a %b %e %H:%M:%S %Y\n\n")) end
   core().catch_signals()
   local runs, rc = {}, 0
+  if run.forever then
+    -- as perf 6.1's -r 0: each run printed as it ends, its counts alone;
+    -- on SIGINT/SIGTERM the exit status of a death by that signal (perf
+    -- dies by it: 130, 143).  Then (perf prints nothing more) the means of
+    -- the runs completed, as -r N prints them
+    local mean = require("perf_event.stat").mean
+    while true do
+      local res, sig
+      res, rc, sig = stat_once(run, events, out)
+      if not res then return rc end
+      if sig then
+        if #runs > 0 then stat_report(run, #runs > 1 and mean(runs) or runs[1], out) end
+        if out ~= io.stderr and out ~= io.stdout then out:close() end
+        return 128 + sig
+      end
+      runs[#runs + 1] = res
+      stat_report(run, res, out)
+      out:flush()
+    end
+  end
   for _ = 1, reps do
     local res
     res, rc = stat_once(run, events, out)
