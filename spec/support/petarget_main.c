@@ -3,7 +3,8 @@
  * peer tools (perf) can measure a separate process:
  *   petarget call N          pet_work called N times
  *   petarget getppid N       getppid(2) called N times
- *   petarget getpids N M     getppid(2) N times, then getpid(2) M times
+ *   petarget getpids N M     getppid(2) N times, then getpgrp(2) M times (neither is
+ *                            made by the ASan runtime, which calls getpid once)
  *   petarget spin ITERS      burn CPU in pet_spin_inner
  *   petarget touch W R       W writes and R reads of pet_cell[0]
  *   petarget sleep MS        sleep, then exit
@@ -40,7 +41,7 @@ int main(int argc, char **argv)
   else if (strcmp(argv[1], "getppid") == 0) for (i = 0; i < a; i++) getppid();
   else if (strcmp(argv[1], "getpids") == 0) {
     for (i = 0; i < a; i++) getppid();
-    for (i = 0; i < b; i++) getpid();
+    for (i = 0; i < b; i++) getpgrp();
   } else if (strcmp(argv[1], "spin") == 0) printf("%llu\n", (unsigned long long)pet_spin(a));
   else if (strcmp(argv[1], "touch") == 0) pet_touch(a, b);
   else if (strcmp(argv[1], "sleep") == 0) {
