@@ -80,12 +80,16 @@ local function work()
 end
 
 local stats = {}
+-- opts.name names the configuration (taken out: not an option of start)
 local function pe_cfg(opts)
+  local name = opts.name
+  local popts = {}
+  for k, v in pairs(opts) do if k ~= "name" then popts[k] = v end end
   return function()
     local t0, m0 = clock(), collectgarbage("count")
-    local p = assert(pe.profile.start(opts))
-    local st = stats[opts.name] or { start = {}, heap = {}, cap = {} }
-    stats[opts.name] = st
+    local p = assert(pe.profile.start(popts))
+    local st = stats[name] or { start = {}, heap = {}, cap = {} }
+    stats[name] = st
     st.start[#st.start + 1] = (clock() - t0) * 1000
     st.heap[#st.heap + 1] = collectgarbage("count") - m0
     return function()
