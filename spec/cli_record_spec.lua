@@ -518,10 +518,16 @@ describe("luaperf record with several -e (issue 20)", function()
     local file = tmp .. "/x.data"
     checked_run(PP .. "," .. P .. " " .. cmd:format(file))   -- -e A,B: as -e A -e B
     assert.same({ [PP] = NPP, [P] = NP }, script_events(file))
-    -- perf 6.1 on the same program: the same counts
+    -- perf 6.1 on the same program: the same counts (perf's own file once
+    -- had 2001 getpgrp samples of 2000 in a full run, luaperf's 2000 in the
+    -- same test; not reproduced in 12 runs by hand, cause not found: perf's
+    -- side is allowed one more, luaperf's counts above stay exact)
     local pfile = tmp .. "/p.data"
     sh(("perf record -q -e %s -e %s %s >/dev/null 2>&1"):format(PP, P, cmd:format(pfile)))
-    assert.same({ [PP] = NPP, [P] = NP }, script_events(pfile))
+    local pc = script_events(pfile)
+    for name, n in pairs({ [PP] = NPP, [P] = NP }) do
+      assert.is_true(pc[name] == n or pc[name] == n + 1, name .. ": perf wrote " .. tostring(pc[name]))
+    end
     -- and perf report's per-event totals
     local stats = sh("perf report -i " .. file .. " --stats 2>/dev/null")
     assert.equal(NPP, tonumber(stats:match(PP .. " stats:%s+SAMPLE events:%s+(%d+)")), stats)
