@@ -139,14 +139,21 @@ local function note_build_id(s)
   return nil
 end
 
+-- the index of the last entry of `list` (sorted by field `key`) whose
+-- `key` is <= v, or nil
+local function last_at(list, key, v)
+  local lo, hi, best = 1, #list, nil
+  while lo <= hi do
+    local mid = floor((lo + hi) / 2)
+    if list[mid][key] <= v then best = mid; lo = mid + 1 else hi = mid - 1 end
+  end
+  return best
+end
+
 -- the index of the symbol of sorted `syms` covering vaddr (a symbol of
 -- size 0 covers up to the next one, as perf's symbols__fixup_end makes it)
 local function covering(syms, vaddr)
-  local lo, hi, best = 1, #syms, nil
-  while lo <= hi do
-    local mid = floor((lo + hi) / 2)
-    if syms[mid].addr <= vaddr then best = mid; lo = mid + 1 else hi = mid - 1 end
-  end
+  local best = last_at(syms, "addr", vaddr)
   if not best then return nil end
   local s = syms[best]
   if s.size > 0 and vaddr >= s.addr + s.size then return nil end
@@ -316,11 +323,7 @@ end
 -- (nil when unbounded on that side): between the symbol before it and the next.
 local function gap(elf, vaddr)
   local syms = elf.syms
-  local lo, hi, best = 1, #syms, nil
-  while lo <= hi do
-    local mid = floor((lo + hi) / 2)
-    if syms[mid].addr <= vaddr then best = mid; lo = mid + 1 else hi = mid - 1 end
-  end
+  local best = last_at(syms, "addr", vaddr)
   local s, n = best and syms[best], syms[(best or 0) + 1]
   return s and s.addr + s.size, n and n.addr
 end
@@ -557,11 +560,7 @@ end
 -- the mapping of a sorted list (`start`, `stop`) that holds address `a`
 local function find_map(list, a)
   if not list then return nil end
-  local lo, hi, best = 1, #list, nil
-  while lo <= hi do
-    local mid = floor((lo + hi) / 2)
-    if list[mid].start <= a then best = mid; lo = mid + 1 else hi = mid - 1 end
-  end
+  local best = last_at(list, "start", a)
   local m = best and list[best]
   if m and a < m.stop then return m end
   return nil
@@ -599,13 +598,10 @@ function Sym:lookup(addr, pid)
   local list = self.maps[pid or self.self_pid]
   local m = find_map(list, a)
   if not m then
-    -- the gap between the mappings around it
-    local lo, hi = 0, 2 ^ 47
-    for _, x in ipairs(list or {}) do   -- (rare: a lookup outside every mapping)
-      if x.stop <= a and x.stop > lo then lo = x.stop end
-      if x.start > a and x.start < hi then hi = x.start end
-    end
-    return "[unknown]", nil, nil, lo, hi
+    -- the gap between the mappings around it (disjoint: add_map splits)
+    local i = list and last_at(list, "start", a) or 0
+    local prev, nxt = list and list[i], list and list[i + 1]
+    return "[unknown]", nil, nil, prev and prev.stop or 0, nxt and nxt.start or 2 ^ 47
   end
   local fileoff = a - m.start + m.pgoff
   local file = m.file
