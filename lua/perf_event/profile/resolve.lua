@@ -136,9 +136,6 @@ function Profile:_leaf(rec, sig)
   return frames
 end
 
---- Reads the samples in the ring and adds them to the profile.
--- Called by `stop`; call it now and then in a long run so the ring does
--- not overflow (`p.lost` counts what did).
 --- The samples taken and not yet drained, when that is known without a
 -- system call (LuaJIT's safe point: its signal records), else nil. An
 -- always-on profile drains when enough have gathered: a drain has a fixed
@@ -149,6 +146,9 @@ function Profile:pending()
   return pe_module().core._private.luasafe_pending(s.slot)
 end
 
+--- Reads the samples in the ring and adds them to the profile.
+-- Called by `stop`; call it now and then in a long run so the ring does
+-- not overflow (`p.lost` counts what did).
 function Profile:drain()
   if not self.ev then return self end
   if not self.sym then
@@ -157,9 +157,9 @@ function Profile:drain()
   if self.safe then
     -- the safe point reads /proc/self/maps once, and again only when an
     -- address falls in no known mapping (safepoint.lua's ip_sym): in nginx
-    -- a reread cost several ms
+    -- a reread cost several ms. (No _memo_sym: ip_sym remembers by address
+    -- and by symbol range itself.)
     if not self.maps_t then
-      if self.keep == false then self.sym = self:_memo_sym() end
       self.sym:load_maps("self")
       self.maps_t, self.maps_reads = now(), (self.maps_reads or 0) + 1
     end

@@ -202,7 +202,6 @@ local function lookup(p, a, known)
   if module == nil and not known then
     local t = now()
     if t - (p.maps_t or 0) > MAPS_EVERY then
-      if p.keep == false then p.sym = p:_memo_sym() end
       p.sym:load_maps("self")
       p.maps_t, p.maps_reads = t, (p.maps_reads or 0) + 1
       p.safe.ipc, p.safe.nipc, p.safe.ranges = {}, 0, {}
@@ -210,65 +209,6 @@ local function lookup(p, a, known)
     end
   end
   return name, off, module, lo, hi
-end
-
--- the profile's name for the C function or builtin at GCfunc address a
--- (lua_CFunction cf when known)
-local function c_name(p, a, cf, ffid)
-  local b = p.builtins
-  if not b then
-    b = p.helpers.builtins()
-    p.builtins = b
-    -- the builtins by ffid too: one not in a library table (ipairs'
-    -- iterator) is named as LuaJIT's tostring names it, builtin#N
-    local byff, jutil = {}, require("jit.util")
-    for _, f in ipairs(b.functions) do
-      local fi = jutil.funcinfo(f)
-      if fi.ffid and not byff[fi.ffid] then byff[fi.ffid] = b[p.helpers.addr_of(f)] end
-    end
-    p.builtins_ffid = byff
-  end
-  local n = b[a] or (ffid and p.builtins_ffid[ffid])
-  if n then return n end
-  if ffid then return "builtin#" .. ffid end
-  if cf and cf ~= 0 and p.sym then
-    local name, _, module = lookup(p, cf)
-    if module and name:find("+0x", 1, true) then name = "[" .. module .. "]" end
-    if name then return name end
-  end
-  return format("[C@0x%x]", cf and cf ~= 0 and cf or a)
-end
-
-local function u64(lo, hi)
-  return (lo % 4294967296) + (hi % 4294967296) * 4294967296
-end
-
--- the frames of stack id (root first), made once per profile
-local function stack_frames(p, id)
-  local s = p.safe
-  local fr = s.frames[id]
-  if fr then return fr end
-  local w = s.stacks[id]
-  local proto_info = p.helpers.proto_info
-  fr = {}
-  for i = 3, #w, 6 do
-    local k = w[i]
-    if k == 0 then
-      fr[#fr + 1] = { lua = proto_info({ source = s.chunks[w[i + 1]] or "?", linedefined = w[i + 2],
-                                         lastlinedefined = w[i + 3] }),
-                      line = w[i + 4] >= 0 and w[i + 4] or w[i + 2] }
-    elseif i > 3 or k ~= 2 then
-      -- (the outermost C frame, the host's entry (lua_pcall's), is left out)
-      local cf = k == 2 and u64(w[i + 4], w[i + 5]) or nil
-      local name = k == 3 and "coroutine.wrap" or c_name(p, u64(w[i + 2], w[i + 3]), cf, k == 1 and w[i + 1] or nil)
-      fr[#fr + 1] = { c = name, builtin = k ~= 2 or nil }
-    end
-  end
-  if w[1] % 2 == FLAG_TRUNC then fr.truncated = true end
-  if floor(w[1] / FLAG_UNJOINED) % 2 == 1 then fr.unjoined = true end
-  fr.nleaf = 1
-  s.frames[id] = fr
-  return fr
 end
 
 local RANGES_MAX = 4096   -- symbol ranges a profile remembers
@@ -310,6 +250,64 @@ local function ip_sym(p, ip, trace)
   end
   s.ipc[ip], s.nipc = e, s.nipc + 1
   return e
+end
+
+-- the profile's name for the C function or builtin at GCfunc address a
+-- (lua_CFunction cf when known)
+local function c_name(p, a, cf, ffid)
+  local b = p.builtins
+  if not b then
+    b = p.helpers.builtins()
+    p.builtins = b
+    -- the builtins by ffid too: one not in a library table (ipairs'
+    -- iterator) is named as LuaJIT's tostring names it, builtin#N
+    local byff, jutil = {}, require("jit.util")
+    for _, f in ipairs(b.functions) do
+      local fi = jutil.funcinfo(f)
+      if fi.ffid and not byff[fi.ffid] then byff[fi.ffid] = b[p.helpers.addr_of(f)] end
+    end
+    p.builtins_ffid = byff
+  end
+  local n = b[a] or (ffid and p.builtins_ffid[ffid])
+  if n then return n end
+  if ffid then return "builtin#" .. ffid end
+  if cf and cf ~= 0 and p.sym then
+    local name = ip_sym(p, cf)[1]   -- ("file+0x..." made "[file]" there)
+    if name then return name end
+  end
+  return format("[C@0x%x]", cf and cf ~= 0 and cf or a)
+end
+
+local function u64(lo, hi)
+  return (lo % 4294967296) + (hi % 4294967296) * 4294967296
+end
+
+-- the frames of stack id (root first), made once per profile
+local function stack_frames(p, id)
+  local s = p.safe
+  local fr = s.frames[id]
+  if fr then return fr end
+  local w = s.stacks[id]
+  local proto_info = p.helpers.proto_info
+  fr = {}
+  for i = 3, #w, 6 do
+    local k = w[i]
+    if k == 0 then
+      fr[#fr + 1] = { lua = proto_info({ source = s.chunks[w[i + 1]] or "?", linedefined = w[i + 2],
+                                         lastlinedefined = w[i + 3] }),
+                      line = w[i + 4] >= 0 and w[i + 4] or w[i + 2] }
+    elseif i > 3 or k ~= 2 then
+      -- (the outermost C frame, the host's entry (lua_pcall's), is left out)
+      local cf = k == 2 and u64(w[i + 4], w[i + 5]) or nil
+      local name = k == 3 and "coroutine.wrap" or c_name(p, u64(w[i + 2], w[i + 3]), cf, k == 1 and w[i + 1] or nil)
+      fr[#fr + 1] = { c = name, builtin = k ~= 2 or nil }
+    end
+  end
+  if w[1] % 2 == FLAG_TRUNC then fr.truncated = true end
+  if floor(w[1] / FLAG_UNJOINED) % 2 == 1 then fr.unjoined = true end
+  fr.nleaf = 1
+  s.frames[id] = fr
+  return fr
 end
 
 -- a module's own file (not anonymous memory, "anon" to the symbols, or
