@@ -509,38 +509,15 @@ static void lh_sigio(int sig, siginfo_t *si, void *uc)
 
 static int lh_arm(int fd, int signo)
 {
-  struct sigaction sa, old;
-  struct f_owner_ex own;
-  int fl;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = lh_handler;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  if (sigaction(signo, &sa, NULL) < 0) return -1;
-  /* SIGIO's default action ends the process: take it, unless the program
-   * already has a disposition of its own */
-  if (sigaction(SIGIO, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO)
-      && old.sa_handler == SIG_DFL) {
-    sa.sa_sigaction = lh_sigio;
-    sigaction(SIGIO, &sa, NULL);
-  }
-  own.type = F_OWNER_TID;
-  own.pid = pe_current_tid();
-  fl = fcntl(fd, F_GETFL);
-  if (fl < 0 || fcntl(fd, F_SETOWN_EX, &own) < 0 || fcntl(fd, F_SETSIG, signo) < 0
-      || fcntl(fd, F_SETFL, fl | O_ASYNC | O_NONBLOCK) < 0)
-    return -1;
-  return 0;
+  if (pe_sig_install(signo, lh_handler, lh_sigio) < 0) return -1;
+  return pe_sig_route(fd, signo);
 }
 
 /* no more signals from the event; the handler stays installed, doing
  * nothing, so that a signal still queued meets no default action */
 static void lh_disarm(void)
 {
-  int fl;
-  if (lh.ev == NULL || lh.ev->fd < 0) return;
-  fl = fcntl(lh.ev->fd, F_GETFL);
-  if (fl >= 0) fcntl(lh.ev->fd, F_SETFL, fl & ~O_ASYNC);
+  if (lh.ev != NULL) pe_sig_unroute(lh.ev->fd);
 }
 
 static void lh_release(lua_State *L)

@@ -387,22 +387,12 @@ static int l_arm(lua_State *L)
   int signo = lua_isnoneornil(L, 2) ? SIGRTMIN + 3 : pe_check_int(L, 2, "signo", 1, SIGRTMAX);
   size_t nops, i;
   const char *ops = luaL_checklstring(L, 3, &nops);
-  struct sigaction sa;
-  struct f_owner_ex own;
-  int fl;
   /* a profile dropped without stop(): its event's fd is closed by now */
-  if (lp_on) {
-    uint64_t id = 0;
-    if (lp_fd < 0 || ioctl(lp_fd, PE_IOC_ID, &id) < 0 || id != lp_id) lp_on = 0;
-  }
+  if (lp_on && !pe_fd_is(lp_fd, lp_id)) lp_on = 0;
   if (lp_on) {
     return pe_push_syserror(L, "luaprof_arm", "profile", EBUSY,
                             "another profile is running on this process");
   }
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = lp_handler;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
   lp_jb_mode = lua_isnoneornil(L, 4) ? 1 : pe_check_int(L, 4, "jit_base_mode", 0, 2);
   lp_lb_mode = lua_isnoneornil(L, 5) ? 0 : pe_check_int(L, 5, "lbase_mode", 0, 2);
   lp_pid = getpid();                 /* lp_read needs it from here on */
@@ -426,29 +416,14 @@ static int l_arm(lua_State *L)
   lp_head = lp_tail = lp_dropped = 0;
   lp_throttled = lp_quiet_until = 0;
   lp_signo = signo;
-  if (sigaction(signo, &sa, NULL) < 0)
+  /* SIGIO (a signal the kernel could not queue) too: the handler counts
+   * it as a sample without a walk */
+  if (pe_sig_install(signo, lp_handler, lp_handler) < 0)
     return pe_push_syserror(L, "luaprof_arm", "sigaction", errno, NULL);
-  {
-    /* When the kernel cannot queue the signal it sends a plain SIGIO, whose
-     * default action ends the process.  A process that left SIGIO at its
-     * default does not use it: the handler takes it (and counts it as a
-     * sample without a walk).  One that handles SIGIO (nginx) keeps it. */
-    struct sigaction old;
-    if (sigaction(SIGIO, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO)
-        && old.sa_handler == SIG_DFL && sigaction(SIGIO, &sa, NULL) < 0)
-      return pe_push_syserror(L, "luaprof_arm", "sigaction", errno, NULL);
-  }
-  own.type = F_OWNER_TID;
-  own.pid = pe_current_tid();
-  fl = fcntl(fd, F_GETFL);
-  if (fl < 0 || fcntl(fd, F_SETOWN_EX, &own) < 0 || fcntl(fd, F_SETSIG, signo) < 0
-      || fcntl(fd, F_SETFL, fl | O_ASYNC | O_NONBLOCK) < 0) {
-    int err = errno;
-    return pe_push_syserror(L, "luaprof_arm", "fcntl", err, NULL);
-  }
+  if (pe_sig_route(fd, signo) < 0)
+    return pe_push_syserror(L, "luaprof_arm", "fcntl", errno, NULL);
   lp_fd = fd;
-  lp_id = 0;
-  if (ioctl(fd, PE_IOC_ID, &lp_id) < 0) lp_id = 0;
+  lp_id = pe_fd_id(fd);
   lp_on = 1;
   lua_pushboolean(L, 1);
   return 1;
@@ -463,14 +438,11 @@ static int l_arm(lua_State *L)
 static int l_disarm(lua_State *L)
 {
   int fd = pe_check_int(L, 1, "fd", 0, 0x7fffffff);
-  uint64_t id = 0;
-  int fl;
-  if (!lp_on || fd != lp_fd || ioctl(fd, PE_IOC_ID, &id) < 0 || id != lp_id) {
+  if (!lp_on || fd != lp_fd || !pe_fd_is(fd, lp_id)) {
     lua_pushboolean(L, 0);
     return 1;
   }
-  fl = fcntl(fd, F_GETFL);
-  if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_ASYNC);
+  pe_sig_unroute(fd);
   /* the handler stays installed, doing nothing: a signal already queued
    * must not meet the default action (which ends the process) */
   lp_on = 0;

@@ -635,14 +635,9 @@ static int ls_push_fail(lua_State *L, const char *msg)
 static int l_arm(lua_State *L)
 {
   int fd = pe_check_int(L, 1, "fd", 0, 0x7fffffff);
-  int k, slot = -1, fl;
-  struct f_owner_ex own;
-  struct sigaction sa;
-  for (k = 0; k < LS_MAXP; k++) {
-    /* a profile dropped without stop(): its event's fd is closed by now */
-    uint64_t id = 0;
-    if (ls_p[k].on && (ioctl(ls_p[k].fd, PE_IOC_ID, &id) < 0 || id != ls_p[k].id)) ls_p[k].on = 0;
-  }
+  int k, slot = -1;
+  /* a profile dropped without stop(): its event's fd is closed by now */
+  for (k = 0; k < LS_MAXP; k++) if (ls_p[k].on && !pe_fd_is(ls_p[k].fd, ls_p[k].id)) ls_p[k].on = 0;
   for (k = 0; k < LS_MAXP; k++) if (!ls_p[k].on) { slot = k; break; }
   if (slot < 0) return ls_push_fail(L, "4 safe-point profiles are armed already");
   if (ls_active && !ls_owned())
@@ -674,36 +669,20 @@ static int l_arm(lua_State *L)
     ls_ljh = old.sa_handler;
     ls_ps = ls_find_ps();
     ls_signo = SIGRTMIN + 4;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = ls_handler;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    if (sigaction(ls_signo, &sa, NULL) < 0) {
+    if (pe_sig_install(ls_signo, ls_handler, ls_handler) < 0) {
       int err = errno;
       luaJIT_profile_stop(L);
       return pe_push_syserror(L, "luasafe_arm", "sigaction", err, NULL);
     }
-    /* the kernel sends SIGIO when it cannot queue the signal: when SIGIO
-     * is left at its default (which ends the process), it is taken here */
-    if (sigaction(SIGIO, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL)
-      sigaction(SIGIO, &sa, NULL);
     ls_active = 1;
   }
   {
     ls_prof *p = &ls_p[slot];
     p->head = p->tail = p->dropped = p->late = 0;
     p->fd = fd;
-    p->id = 0;
-    if (ioctl(fd, PE_IOC_ID, &p->id) < 0) p->id = 0;
+    p->id = pe_fd_id(fd);
   }
-  own.type = F_OWNER_TID;
-  own.pid = pe_current_tid();
-  fl = fcntl(fd, F_GETFL);
-  if (fl < 0 || fcntl(fd, F_SETOWN_EX, &own) < 0 || fcntl(fd, F_SETSIG, ls_signo) < 0
-      || fcntl(fd, F_SETFL, fl | O_ASYNC | O_NONBLOCK) < 0) {
-    int err = errno;
-    return pe_push_syserror(L, "luasafe_arm", "fcntl", err, NULL);
-  }
+  if (pe_sig_route(fd, ls_signo) < 0) return pe_push_syserror(L, "luasafe_arm", "fcntl", errno, NULL);
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   ls_p[slot].on = 1;
   lua_pushinteger(L, slot + 1);
@@ -723,11 +702,9 @@ static int l_disarm(lua_State *L)
   int slot = pe_check_int(L, 1, "slot", 1, LS_MAXP) - 1;
   int fd = lua_isnoneornil(L, 2) ? -1 : pe_check_int(L, 2, "fd", 0, 0x7fffffff);
   ls_prof *p = &ls_p[slot];
-  int fl;
   /* fd nil: the event was closed behind the profile's back */
   if (!p->on || (fd >= 0 && p->fd != fd)) { lua_pushboolean(L, 0); return 1; }
-  fl = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
-  if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_ASYNC);
+  pe_sig_unroute(fd);
   p->on = 0;
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   if (!ls_any_on() && ls_active) {

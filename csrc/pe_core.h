@@ -39,6 +39,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <errno.h>
+#include <signal.h>
 #include <unistd.h>
 #include "pe_abi.h"
 #include "pe_compat.h"
@@ -131,6 +132,21 @@ int pe_l_decode_read(lua_State *L);
 /* ---- the event object (lifecycle.c) ------------------------------------ */
 /* the calling thread's id, cached per thread (reset in a forked child) */
 int pe_current_tid(void);
+
+/* ---- an event's overflow signal (sigroute.c) ---------------------------- */
+typedef void (*pe_sig_fn)(int, siginfo_t *, void *);
+/* fn handles signo (SA_SIGINFO, SA_RESTART); sigio_fn handles SIGIO when
+ * the process left it at its default action.  0, or -1 and errno. */
+int pe_sig_install(int signo, pe_sig_fn fn, pe_sig_fn sigio_fn);
+/* fd's overflows signal the calling thread with signo (F_SETOWN_EX,
+ * F_SETSIG, O_ASYNC | O_NONBLOCK).  0, or -1 and errno. */
+int pe_sig_route(int fd, int signo);
+/* no more signals from fd (O_ASYNC cleared; fd < 0: nothing) */
+void pe_sig_unroute(int fd);
+/* the kernel's id of the event fd, or 0 (fd closed, or not an event) */
+uint64_t pe_fd_id(int fd);
+/* is fd still the event whose id was id (not 0)? */
+static inline int pe_fd_is(int fd, uint64_t id) { return id != 0 && pe_fd_id(fd) == id; }
 #define PE_EV_CLOSED    0x1u
 #define PE_EV_SELFMON   0x2u   /* pid==0 && cpu==-1: eligible for user-page reads */
 #define PE_EV_MEMBER    0x4u   /* a member of a group (not its leader) */
