@@ -86,7 +86,10 @@ end
 -- (when no always-on sampler runs).  Returns a table { [pid] = text }
 -- and the window's start time, or nil, an HTTP status and a message.
 function M.run(dict, seconds, target, hz)
-  local ok, err = dict:add("pp:lock", 1, seconds + GRACE + 10)
+  -- safe_add, and incr with no init value: an add or incr that finds the
+  -- dict full evicts its least recently used keys (the workers' d:PID
+  -- drop counts among the first: expire() does not renew them)
+  local ok, err = dict:safe_add("pp:lock", 1, seconds + GRACE + 10)
   if not ok then
     if err == "exists" then
       return nil, 429, "perf_event.openresty: a profile window is already running on this server; try again later"
@@ -95,8 +98,12 @@ function M.run(dict, seconds, target, hz)
     return nil, 503, "perf_event.openresty: the shared dict cannot take the profile window: " .. tostring(err)
   end
   local pok, a, b, c = pcall(function()
-    local id = dict:incr("pp:seq", 1, 0)
-    if not id then return nil, 503, "perf_event.openresty: the shared dict is full" end
+    dict:safe_add("pp:seq", 0)
+    local id = dict:incr("pp:seq", 1)
+    if not id then
+      metrics.drop()
+      return nil, 503, "perf_event.openresty: the shared dict is full"
+    end
     ngx.update_time()
     local t0 = ngx.now()
     local t1 = t0 + seconds
