@@ -8,12 +8,7 @@ local abi = core.abi
 
 local function hex(v) return (U.hex(v):lower():gsub("^0+(.)", "%1")) end
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local out = p:read("*a")
-  p:close()
-  return out
-end
+local function sh(cmd) return U.sh(cmd .. " 2>&1") end
 
 local function upper(s) return (s:upper()) end
 

@@ -2,29 +2,9 @@
 -- hits at -c 1 written whole or the shortfall counted exactly, side by side
 -- with perf 6.1 in the same run; write errors; signals; the fds CMD gets.
 -- Runs the tool under the suite's interpreter.
-local interp = jit and "luajit" or _VERSION:gsub("Lua ", "lua")
-
-local function sh(cmd)
-  local p = io.popen(cmd)
-  local out = p:read("*a")
-  local ok, _, code = p:close()
-  if type(ok) == "number" then code = ok end   -- Lua 5.1: the wait status
-  if _VERSION == "Lua 5.1" and not jit and code and code > 255 then code = math.floor(code / 256) end
-  return out, code
-end
-
--- runs luaperf; returns stdout+stderr and the exit code
-local function run(args)
-  local out = sh(interp .. " bin/luaperf " .. args .. " 2>&1; echo \"rc=$?\"")
-  local rc = tonumber(out:match("rc=(%d+)\n?$"))
-  return (out:gsub("rc=%d+\n?$", "")), rc
-end
-
-local function readable(path)
-  local f = io.open(path, "r")
-  if f then f:close() return true end
-  return false
-end
+local U = require("support.util")
+local sh, run, readable = U.run, U.luaperf, U.readable
+local interp = U.lua_cmd()
 
 local have_tracefs = readable("/sys/kernel/tracing/events/syscalls/sys_enter_getppid/id")
 local have_perf = sh("command -v perf") ~= ""

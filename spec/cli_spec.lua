@@ -1,32 +1,8 @@
 -- bin/luaperf end to end: stat against the kernel's exact counts and perf's
 -- own figure, record's folded stacks naming petarget's functions, list,
 -- exit codes and usage errors.  Runs the tool under the suite's interpreter.
-local interp = jit and "luajit" or _VERSION:gsub("Lua ", "lua")
-
-local function sh(cmd)
-  local p = io.popen(cmd)
-  local out = p:read("*a")
-  local ok, _, code = p:close()
-  if type(ok) == "number" then code = ok end   -- Lua 5.1: the wait status
-  if _VERSION == "Lua 5.1" and not jit and code and code > 255 then code = math.floor(code / 256) end
-  return out, code
-end
-
--- runs luaperf; returns stdout+stderr and the exit code
-local function luaperf(args)
-  return sh(interp .. " bin/luaperf " .. args .. " 2>&1; echo \"rc=$?\"")
-end
-local function run(args)
-  local out = luaperf(args)
-  local rc = tonumber(out:match("rc=(%d+)\n?$"))
-  return out:gsub("rc=%d+\n?$", ""), rc
-end
-
-local function readable(path)
-  local f = io.open(path, "r")
-  if f then f:close() return true end
-  return false
-end
+local U = require("support.util")
+local sh, run, readable = U.run, U.luaperf, U.readable
 
 local have_tracefs = readable("/sys/kernel/tracing/events/syscalls/sys_enter_getppid/id")
 local have_perf = select(1, sh("command -v perf")) ~= ""
@@ -68,7 +44,7 @@ describe("luaperf stat", function()
 
   it("uses perf's default software events without -e", function()
     -- as a user perf's fallback adds :u to every name (cli_stat_spec checks it)
-    require("support.util").need_kernel()
+    U.need_kernel()
     local out, rc = run("stat -- true")
     assert.equal(0, rc, out)
     for _, e in ipairs({ "task-clock", "context-switches", "cpu-migrations", "page-faults" }) do

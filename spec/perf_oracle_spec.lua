@@ -8,12 +8,7 @@ local parse = require("perf_event.parse")
 local u64 = require("perf_event.u64")
 local U = require("support.util")
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local out = p:read("*a")
-  p:close()
-  return out
-end
+local function sh(cmd) return U.sh(cmd .. " 2>&1") end
 
 local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 

@@ -6,12 +6,7 @@ local parse = require("perf_event.parse")
 local u64 = require("perf_event.u64")
 local U = require("support.util")
 
-local function sh(cmd)
-  local p = io.popen(cmd)
-  local s = p:read("*a")
-  p:close()
-  return (s:gsub("%s+$", ""))
-end
+local function sh(cmd) return (U.sh(cmd):gsub("%s+$", "")) end
 
 local FIX = "spec/fixtures/sysfs/"
 

@@ -21,11 +21,7 @@ teardown(function()
   end
 end)
 
-local function readable(p)
-  local f = io.open(p)
-  if f then f:close() return true end
-  return false
-end
+local readable = U.readable
 
 -- the schema: cached, or fetched now from the npm registry (the package's
 -- dist/release/file-format-schema.json); nil and why when it cannot be

@@ -1,12 +1,8 @@
 -- tracefs discovery and format parsing, checked against the files and the kernel.
 local tp = require("perf_event.tracepoint")
 
-local function sh(cmd)
-  local p = io.popen(cmd)
-  local s = p:read("*a")
-  p:close()
-  return (s:gsub("%s+$", ""))
-end
+local U = require("support.util")
+local function sh(cmd) return (U.sh(cmd):gsub("%s+$", "")) end
 
 describe("tracepoint", function()
   local root = tp.root()

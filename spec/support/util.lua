@@ -226,6 +226,32 @@ function U.sh(cmd)
   return out
 end
 
+--- a shell command's standard output (stderr too with "2>&1" in cmd) and
+-- its exit status (the wait status decoded on Lua 5.1)
+function U.run(cmd)
+  local p = io.popen(cmd)
+  local out = p:read("*a")
+  local ok, _, code = p:close()
+  if type(ok) == "number" then code = ok end   -- Lua 5.1: the wait status
+  if _VERSION == "Lua 5.1" and not jit and code and code > 255 then code = math.floor(code / 256) end
+  return out, code
+end
+
+--- whether the file at path can be opened for reading
+function U.readable(path)
+  local f = io.open(path, "r")
+  if f then f:close() return true end
+  return false
+end
+
+--- bin/luaperf run with args under the suite's interpreter: its stdout and
+-- stderr, and its exit status
+function U.luaperf(args)
+  local out = U.run(U.lua_cmd() .. " bin/luaperf " .. args .. " 2>&1; echo \"rc=$?\"")
+  local rc = tonumber(out:match("rc=(%d+)\n?$"))
+  return (out:gsub("rc=%d+\n?$", "")), rc
+end
+
 --- whether os.execute's result means exit status 0: a number on 5.1 and
 -- LuaJIT (where `assert(os.execute(...))` always passes), true/nil on 5.2+
 function U.exec_ok(r)
