@@ -6,12 +6,7 @@ local pe = require("perf_event")
 local class = require("perf_event.class")
 local U = require("support.util")
 
-local function slurp(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local slurp = U.slurp
 
 -- sections: { kind = "module"|"class", name = ..., names = {set}, order = {...} }
 local function parse_api(text)
@@ -51,12 +46,7 @@ local function public_keys(t, pred)
   return out
 end
 
-local function sorted(set)
-  local out = {}
-  for k in pairs(set) do out[#out + 1] = k end
-  table.sort(out)
-  return out
-end
+local sorted = U.sorted_keys
 
 local function is_fn(v) return type(v) == "function" end
 

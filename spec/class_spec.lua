@@ -1,31 +1,15 @@
 -- One place assembles each class's methods (lua/perf_event/class.lua): the
 -- method tables of events, groups and weak groups are exactly the documented
 -- sets, no private hook is a method, and no other module writes an __index.
+local U = require("support.util")
 local pe = require("perf_event")
 local class = require("perf_event.class")
 local core = pe.core
 
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local slurp = U.read
 
-local function keys(t)
-  local out = {}
-  for k in pairs(t) do out[#out + 1] = k end
-  table.sort(out)
-  return out
-end
 
-local function sorted(set)
-  local out = {}
-  for k in pairs(set) do out[#out + 1] = k end
-  table.sort(out)
-  return out
-end
+local sorted = U.sorted_keys
 
 -- The methods init.lua's LDoc documents: `@function event:x` / `group:x`,
 -- and for groups the event methods the "@type group" text says act on the
@@ -49,7 +33,7 @@ end
 describe("perf_event.class", function()
   it("events have exactly the methods init.lua documents", function()
     local doc = documented("event")
-    assert.are.same(sorted(doc), keys(core.event_mt.__index))
+    assert.are.same(sorted(doc), sorted(core.event_mt.__index))
     assert.are.equal(class.event, core.event_mt.__index)
     local ev = open_tp_free_event()
     for name in pairs(doc) do assert.are.equal("function", type(ev[name]), name) end
@@ -58,8 +42,8 @@ describe("perf_event.class", function()
 
   it("groups and weak groups have exactly the methods init.lua documents", function()
     local doc = documented("group")
-    assert.are.same(sorted(doc), keys(core.group_mt.__index))
-    assert.are.same(sorted(doc), keys(class.weak_mt.__index))
+    assert.are.same(sorted(doc), sorted(core.group_mt.__index))
+    assert.are.same(sorted(doc), sorted(class.weak_mt.__index))
     -- a real weak group: the kernel refuses a pinned member into the group
     local g = assert(pe.group("{task-clock,page-faults:D}:W"))
     assert.is_true(g.fallback)
@@ -89,14 +73,14 @@ describe("perf_event.class", function()
       n = n + 1
       assert.are.equal("function", type(core.event_mt.__index[name]), "event:" .. name)
     end
-    assert.are.equal(#keys(core.event_mt.__index), n)
+    assert.are.equal(#sorted(core.event_mt.__index), n)
     n = 0
     for name in api:gmatch("\n%- `group:([%w_]+)%(") do
       n = n + 1
       assert.are.equal("function", type(core.group_mt.__index[name]), "group:" .. name)
       assert.are.equal("function", type(class.weak_mt.__index[name]), "weak group:" .. name)
     end
-    assert.are.equal(#keys(core.group_mt.__index), n)
+    assert.are.equal(#sorted(core.group_mt.__index), n)
   end)
 
   it("no method starts with _; the core's hooks are functions of core._private", function()

@@ -21,12 +21,7 @@ local format = string.format
 
 local function hexip(v) return (U.hex(v):lower():gsub("^0+(.)", "%1")) end
 
-local function slurp(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local slurp = U.slurp
 
 -- little-endian unsigned at 0-based offset off (values below 2^53)
 local function le(s, off, n)

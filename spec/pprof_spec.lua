@@ -35,12 +35,7 @@ local function need_go()
   U.need(have_go, "needs `go tool pprof` (Debian golang-go; tools/debian-packages)")
 end
 
-local function slurp(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local slurp = U.slurp
 
 -- `go tool pprof -raw`: { locs = {id = {addr=, mapping=, name=, file=, line=, start=}},
 --   samples = { {values = {...}, ids = {leaf first}} }, mappings = {id = {...}}, head = text }

@@ -54,13 +54,7 @@ local function write(path, text)
   f:close()
 end
 
-local function read(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read = U.read
 
 -- the shell quoting of s
 local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end

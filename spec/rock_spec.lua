@@ -7,6 +7,7 @@
 -- Each suite builds the rock its interpreter uses: luajit and lua5.1 the Lua
 -- 5.1 rock (LuaJIT loads the same C module), lua5.4 the 5.4 rock.  The ASan
 -- suite skips this file: it checks packaging, not the core's memory.
+local U = require("support.util")
 local suite = os.getenv("PE_SUITE") or (jit and "luajit" or _VERSION:gsub("Lua ", "lua"))
 local asan = suite == "asan"
 
@@ -21,12 +22,7 @@ local function sh(cmd)
   return (out:gsub("rc=%d+\n?$", "")), rc
 end
 
-local function read(path)
-  local f = assert(io.open(path, "r"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read = U.slurp
 
 local function have(tool) return select(2, sh("command -v " .. q(tool))) == 0 end
 

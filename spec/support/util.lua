@@ -237,6 +237,28 @@ function U.run(cmd)
   return out, code
 end
 
+--- the contents of the file at path, or nil when it cannot be opened
+function U.read(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+--- the contents of the file at path; an error when it cannot be read
+function U.slurp(path)
+  return (assert(U.read(path), path .. ": cannot be read"))
+end
+
+--- the keys of table t, sorted
+function U.sorted_keys(t)
+  local out = {}
+  for k in pairs(t) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+
 --- whether the file at path can be opened for reading
 function U.readable(path)
   local f = io.open(path, "r")
