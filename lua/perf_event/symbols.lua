@@ -572,6 +572,8 @@ end
 -- @tparam number a the address
 -- @treturn table|nil the mapping
 M.find_map = find_map
+-- (private: the safe-point drain searches its symbol ranges with it)
+M._last_at = last_at
 
 --- Resolves an address of process `pid` (user or kernel).
 -- User code is named from the file's `.symtab`/`.dynsym` or those of its

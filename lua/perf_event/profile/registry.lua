@@ -6,7 +6,7 @@
 -- @module perf_event.profile.registry
 
 local format = string.format
-local floor = math.floor
+local last_at = require("perf_event.symbols")._last_at
 local sort, insert = table.sort, table.insert
 local type, pairs, ipairs, setmetatable, pcall, rawget, require =
   type, pairs, ipairs, setmetatable, pcall, rawget, require
@@ -148,12 +148,8 @@ end
 
 -- the entry of `list` (sorted by .lo) with the greatest lo <= a, or nil
 function M.last_at_or_below(list, a)
-  local lo, hi, best = 1, #list, nil
-  while lo <= hi do
-    local mid = floor((lo + hi) / 2)
-    if list[mid].lo <= a then best = mid; lo = mid + 1 else hi = mid - 1 end
-  end
-  return best and list[best]
+  local i = last_at(list, "lo", a)
+  return i and list[i]
 end
 local last_at_or_below = M.last_at_or_below
 

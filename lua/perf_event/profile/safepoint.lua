@@ -24,6 +24,7 @@ local FLAG_TRUNC, FLAG_UNJOINED = 1, 2
 
 local jit = rawget(_G, "jit")
 local now = require("perf_event.profile.raw").now
+local last_at = require("perf_event.symbols")._last_at
 
 local function core_private()
   return require("perf_event").core._private
@@ -224,11 +225,7 @@ local function ip_sym(p, ip, trace)
   if e then return e end
   if s.nipc >= 4096 then s.ipc, s.nipc = {}, 0 end
   local r = s.ranges
-  local lo, hi, best = 1, #r, 0
-  while lo <= hi do
-    local mid = floor((lo + hi) / 2)
-    if r[mid][3] <= ip then best = mid lo = mid + 1 else hi = mid - 1 end
-  end
+  local best = last_at(r, 3, ip) or 0
   -- (a gap between mappings answers only a trace's samples: elsewhere a
   -- library loaded since may be there)
   if best > 0 and ip < r[best][4] and (r[best][2] or trace == 1) then
@@ -445,7 +442,7 @@ end
 -- the functions of a drain, for profile.lua's jit.off of an aggregated
 -- profile's drain (see M.start there)
 function M.drain_fns()
-  return { M.drain, resolve, frames_of, stack_frames, ip_sym, lookup, c_leaf, in_vm, is_file, c_name, u64 }
+  return { M.drain, resolve, frames_of, stack_frames, ip_sym, last_at, lookup, c_leaf, in_vm, is_file, c_name, u64 }
 end
 
 --- What a stack id stands for (tests): its frames' text, root first.
