@@ -5,6 +5,7 @@
 -- deep recursion), line shares against jit.profile, and inclusive shares
 -- against os.clock measured around each function here.
 local pe = require("perf_event")
+local U = require("support.util")
 
 local jit = rawget(_G, "jit")
 local clock = os.clock
@@ -380,38 +381,13 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
   end)
 
   it("any rate finishes: a clock above 10 kHz is sampled at 10 kHz with stacks, and p.rate_note says so", function()
-    local function work() return sp_lua(3e6) end
-    local function best_of(k, f)
-      local best = math.huge
-      for _ = 1, k do
-        local c0 = clock()
-        f()
-        best = math.min(best, clock() - c0)
-      end
-      return best
-    end
-    local base = best_of(3, work)
-    for _, o in ipairs({ { freq = 100000 }, { freq = 50000 }, { period = 10000 } }) do
-      local byfreq = o.period == nil
-      local p = assert(pe.profile.start(o))
-      finally(function() p:stop() end)
-      local t = best_of(3, work)
-      p:stop()
-      local what = byfreq and ("freq " .. o.freq) or ("period " .. o.period)
-      -- 18x slower at 100 kHz (leaf frames only) before the cap, 1.4x with it
-      assert.is_true(t < 4 * base, ("%s: %.3f s against %.3f s unprofiled"):format(what, t, base))
-      local note = byfreq and "sampled at 10000/s" or "sampled every 100000 ns"
-      assert.is_truthy(p.rate_note and p.rate_note:find(note, 1, true), tostring(p.rate_note))
-      if byfreq then assert.equal(10000, p.freq) else assert.equal(100000, p.period) end
-      assert.equal("safepoint", p.walk)
-      assert.is_true(p.nsamples > 0 and p.nsafe >= 0.9 * p.nsamples,
-        ("%d samples, %d with a captured stack"):format(p.nsamples, p.nsafe))
-    end
-    local p = assert(pe.profile.start({ freq = 10000 }))
-    finally(function() p:stop() end)
-    p:stop()
-    assert.is_nil(p.rate_note)
-    assert.equal(10000, p.freq)
+    -- 18x slower at 100 kHz (leaf frames only) before the cap, 1.4x with it
+    U.check_rate_cap(function(o) return assert(pe.profile.start(o)) end, function() return sp_lua(3e6) end,
+      function(p)
+        assert.equal("safepoint", p.walk)
+        assert.is_true(p.nsamples > 0 and p.nsafe >= 0.9 * p.nsamples,
+          ("%d samples, %d with a captured stack"):format(p.nsamples, p.nsafe))
+      end)
   end)
 
   it("gives LuaJIT's profiler up to a jit.profile started later, without a crash after its stop", function()
