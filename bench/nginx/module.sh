@@ -59,15 +59,8 @@ cc -O2 -Wall -Wextra -Werror bench/read/read_c.c -o build/bench/read_c
 
 T=$(mktemp -d /tmp/pe-bench-mod.XXXXXX)
 SERVERS="a n b"
-stop() {   # $1 = server
-  if [ -f "$T/$1/logs/nginx.pid" ]; then
-    pid=$(cat "$T/$1/logs/nginx.pid")
-    kill -QUIT "$pid" 2>/dev/null || true
-    while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
-    rm -f "$T/$1/logs/nginx.pid"
-  fi
-}
-stop_all() { for s in $SERVERS; do stop "$s"; done; }
+. bench/nginx/lib.sh
+stop_all() { for s in $SERVERS; do nginx_stop "$T/$s"; done; }
 trap 'stop_all; rm -rf "$T"' EXIT INT TERM
 chmod 755 "$T"
 mkdir -p "$T/lua" "$T/lib/perf_event"
@@ -110,13 +103,7 @@ done
 chmod -R a+rX "$T"
 
 start() {   # $1 = server -> its worker's pid in $T/$1/worker
-  nginx -p "$T/$1" -c "$T/$1/conf/nginx.conf"
-  i=0
-  until curl -s -o /dev/null "http://127.0.0.1:$(port_of "$1")/hello"; do
-    i=$((i + 1)); [ $i -lt 100 ] || { echo "nginx $1 does not answer"; cat "$T/$1/logs/error.log"; exit 1; }
-    sleep 0.05
-  done
-  ps -o pid= --ppid "$(cat "$T/$1/logs/nginx.pid")" | head -1 | tr -d ' ' > "$T/$1/worker"
+  nginx_start "$T/$1" "$(port_of "$1")" > "$T/$1/worker"
 }
 
 # worker CPU (schedstat ns, stat utime and stime ticks)

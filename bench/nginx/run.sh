@@ -34,7 +34,8 @@ command -v nginx >/dev/null || { echo "bench/nginx: needs nginx and libnginx-mod
 [ -f build/perf_event/core.so ] || { echo "bench/nginx: run 'make' first"; exit 2; }
 
 T=$(mktemp -d /tmp/pe-bench.XXXXXX)
-trap 'stop; rm -rf "$T"' EXIT INT TERM
+. bench/nginx/lib.sh
+trap 'nginx_stop "$T"; rm -rf "$T"' EXIT INT TERM
 chmod 755 "$T"
 mkdir -p "$T/lua" "$T/lib/perf_event" "$T/conf" "$T/logs"
 cp -r lua/perf_event "$T/lua/"
@@ -42,28 +43,13 @@ cp bench/nginx/perfreq.lua "$T/lua/"
 cp build/perf_event/core.so "$T/lib/perf_event/"
 chmod -R a+rX "$T"
 
-stop() {
-  if [ -f "$T/logs/nginx.pid" ]; then
-    pid=$(cat "$T/logs/nginx.pid")
-    kill -QUIT "$pid" 2>/dev/null || true
-    while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
-    rm -f "$T/logs/nginx.pid"
-  fi
-}
-
 # With 2+ CPUs the worker runs on CPU 1 and wrk on CPU 0, so the two do not
 # take turns on one CPU (the largest source of noise on a small VM).
 if [ "$(nproc)" -ge 2 ]; then PIN=''; WRK="taskset -c 0 wrk"; else PIN='#'; WRK=wrk; fi
 
 sed -e "s|@LUA_PATH@|$T/lua/?.lua;$T/lua/?/init.lua|" -e "s|@LUA_CPATH@|$T/lib/?.so|" \
     -e "s|@PORT@|$PORT|" -e "s|@PIN@|$PIN|" bench/nginx/nginx.conf.in > "$T/conf/nginx.conf"
-nginx -p "$T" -c "$T/conf/nginx.conf"
-i=0
-until curl -s -o /dev/null "http://127.0.0.1:$PORT/hello"; do
-  i=$((i + 1)); [ $i -lt 100 ] || { echo "nginx does not answer"; exit 1; }; sleep 0.05
-done
-master=$(cat "$T/logs/nginx.pid")
-worker=$(ps -o pid= --ppid "$master" | head -1 | tr -d ' ')
+worker=$(nginx_start "$T" "$PORT")
 for u in hello loglua counters counters100; do    # warm-up: JIT, caches
   $WRK -t1 -c"$CONNS" -d1s "http://127.0.0.1:$PORT/$u" >/dev/null
 done
