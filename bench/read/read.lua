@@ -38,52 +38,40 @@ else
   now = function() return os.clock() * 1e9 end   -- CPU time: the loop never sleeps
 end
 
+-- the read under test: the method the user calls on the FFI route (a
+-- wrapper the JIT inlines), the C API function itself on the C route
+local function reader(kind)
+  if route == "ffi" then return function(x, t) return x:read(t) end end
+  return methods[kind].read
+end
+
 local sink = 0
 local t0, t1
 if mode == "read" then
   local ev = assert(pe.open({ type = 1, config = 1, name = "task-clock", exclude_kernel = true,
                               exclude_hv = true }))
-  local read = methods.event.read
-  if route == "ffi" then
-    t0 = now()
-    for _ = 1, n do sink = sink + ev:read() end   -- the method the user calls
-    t1 = now()
+  local read = reader("event")
+  t0 = now()
+  for _ = 1, n do sink = sink + read(ev) end
+  t1 = now()
+  ev:close()
+elseif mode == "group4" or mode == "group3" then
+  local g
+  if mode == "group4" then
+    g = assert(pe.group({
+      { type = 1, config = 1, name = "task-clock", exclude_kernel = true, exclude_hv = true },
+      { type = 1, config = 2, name = "page-faults", exclude_kernel = true, exclude_hv = true },
+      { type = 1, config = 3, name = "context-switches", exclude_kernel = true, exclude_hv = true },
+      { type = 1, config = 4, name = "cpu-migrations", exclude_kernel = true, exclude_hv = true },
+    }))
   else
-    t0 = now()
-    for _ = 1, n do sink = sink + read(ev) end
-    t1 = now()
+    g = assert(pe.group({ "task-clock", "page-faults", "context-switches" }))
   end
-elseif mode == "group4" then
-  local g = assert(pe.group({
-    { type = 1, config = 1, name = "task-clock", exclude_kernel = true, exclude_hv = true },
-    { type = 1, config = 2, name = "page-faults", exclude_kernel = true, exclude_hv = true },
-    { type = 1, config = 3, name = "context-switches", exclude_kernel = true, exclude_hv = true },
-    { type = 1, config = 4, name = "cpu-migrations", exclude_kernel = true, exclude_hv = true },
-  }))
-  local read = methods.group.read
+  local read = reader("group")
   local t = {}
-  if route == "ffi" then
-    t0 = now()
-    for _ = 1, n do g:read(t); sink = sink + t[1] end
-    t1 = now()
-  else
-    t0 = now()
-    for _ = 1, n do read(g, t); sink = sink + t[1] end
-    t1 = now()
-  end
-elseif mode == "group3" then
-  local g = assert(pe.group({ "task-clock", "page-faults", "context-switches" }))
-  local read = methods.group.read
-  local t = {}
-  if route == "ffi" then
-    t0 = now()
-    for _ = 1, n do g:read(t); sink = sink + t[1] end
-    t1 = now()
-  else
-    t0 = now()
-    for _ = 1, n do read(g, t); sink = sink + t[1] end
-    t1 = now()
-  end
+  t0 = now()
+  for _ = 1, n do read(g, t); sink = sink + t[1] end
+  t1 = now()
   g:close()
 else
   error("unknown mode " .. tostring(mode))
