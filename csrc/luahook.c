@@ -509,7 +509,7 @@ static void lh_sigio(int sig, siginfo_t *si, void *uc)
 
 static int lh_arm(int fd, int signo)
 {
-  if (pe_sig_install(signo, lh_handler, lh_sigio) < 0) return -1;
+  if (pe_sig_install(signo, lh_handler, lh_sigio, NULL) < 0) return -1;
   return pe_sig_route(fd, signo);
 }
 

@@ -418,7 +418,7 @@ static int l_arm(lua_State *L)
   lp_signo = signo;
   /* SIGIO (a signal the kernel could not queue) too: the handler counts
    * it as a sample without a walk */
-  if (pe_sig_install(signo, lp_handler, lp_handler) < 0)
+  if (pe_sig_install(signo, lp_handler, lp_handler, NULL) < 0)
     return pe_push_syserror(L, "luaprof_arm", "sigaction", errno, NULL);
   if (pe_sig_route(fd, signo) < 0)
     return pe_push_syserror(L, "luaprof_arm", "fcntl", errno, NULL);

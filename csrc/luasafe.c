@@ -102,6 +102,7 @@ typedef struct ls_rec {
 typedef struct ls_prof {
   int on, fd;
   uint64_t id;
+  uint64_t trap;                          /* sig_data of a sigtrap event, or 0 */
   volatile uint32_t head, tail;
   volatile uint32_t dropped, late;
   ls_rec ring[LS_SLOTS];
@@ -224,13 +225,19 @@ static uint64_t ls_find_ps(void)
   return 0;
 }
 
-static void ls_record(int fd, const ucontext_t *uc, uint64_t now)
+/* the armed profile whose event signalled: by the fd (F_SETSIG), or by the
+ * sig_data of a sigtrap event (trap != 0) */
+static ls_prof *ls_find(int fd, uint64_t trap)
 {
-  ls_prof *p = NULL;
-  ls_rec *r;
   int k;
   for (k = 0; k < LS_MAXP; k++)
-    if (ls_p[k].on && ls_p[k].fd == fd) { p = &ls_p[k]; break; }
+    if (ls_p[k].on && (trap ? ls_p[k].trap == trap : !ls_p[k].trap && ls_p[k].fd == fd)) return &ls_p[k];
+  return NULL;
+}
+
+static void ls_record(ls_prof *p, const ucontext_t *uc, uint64_t now)
+{
+  ls_rec *r;
   if (!p) { ls_late = ls_late + 1; return; }
   if (p->head - p->tail >= LS_SLOTS) { p->dropped = p->dropped + 1; return; }
   r = &p->ring[p->head % LS_SLOTS];
@@ -271,6 +278,51 @@ static void ls_record(int fd, const ucontext_t *uc, uint64_t now)
   p->head = p->head + 1;
 }
 
+/* a perf event's SIGTRAP (attr.sigtrap, Linux 5.13): si_code TRAP_PERF and
+ * the event's sig_data in the siginfo's _sigfault._perf._data, right after
+ * si_addr (offset 24 on x86-64), which glibc 2.36 does not name */
+#ifndef TRAP_PERF
+#define TRAP_PERF 6
+#endif
+static uint64_t ls_perf_data(const siginfo_t *si)
+{
+  uint64_t d;
+  memcpy(&d, (const char *)si + 24, sizeof d);
+  return d;
+}
+
+/* blocked while ls_handler runs: both of its signals and SIGIO. Else a
+ * SIGTRAP and a SIGRTMIN+4 due together (two profiles' clocks in step)
+ * are delivered nested, and the second one's interrupted ip is the first
+ * handler's entry (a third of the samples of a loaded run) */
+static sigset_t ls_blocked;
+
+static void ls_mask(void)
+{
+  sigemptyset(&ls_blocked);
+  sigaddset(&ls_blocked, SIGTRAP);
+  sigaddset(&ls_blocked, SIGRTMIN + 4);
+  sigaddset(&ls_blocked, SIGIO);
+}
+
+/* SIGTRAP's disposition before the first sigtrap arm: the SIGTRAPs that
+ * are not a perf event's (a breakpoint's int3) go there */
+static struct sigaction ls_trap_old;
+static int ls_trap_installed;
+
+static void ls_trap_chain(int sig, siginfo_t *si, void *ctx)
+{
+  if (ls_trap_old.sa_flags & SA_SIGINFO) {
+    if (ls_trap_old.sa_sigaction) ls_trap_old.sa_sigaction(sig, si, ctx);
+  } else if (ls_trap_old.sa_handler == SIG_DFL) {
+    /* the default action (a core dump), once this handler returns */
+    signal(SIGTRAP, SIG_DFL);
+    raise(SIGTRAP);
+  } else if (ls_trap_old.sa_handler != SIG_IGN) {
+    ls_trap_old.sa_handler(sig);
+  }
+}
+
 static void ls_handler(int sig, siginfo_t *si, void *ctx)
 {
   int saved = errno;
@@ -280,8 +332,13 @@ static void ls_handler(int sig, siginfo_t *si, void *ctx)
     errno = saved;
     return;
   }
+  if (sig == SIGTRAP && si->si_code != TRAP_PERF) {
+    ls_trap_chain(sig, si, ctx);
+    errno = saved;
+    return;
+  }
   t0 = ls_now();
-  ls_record(si->si_fd, ctx, t0);
+  ls_record(sig == SIGTRAP ? ls_find(-1, ls_perf_data(si)) : ls_find(si->si_fd, 0), ctx, t0);
   /* a copy queued while this one ran (it is blocked meanwhile) is
    * delivered when it returns: no sigtimedwait (a syscall) per signal */
   {
@@ -628,18 +685,44 @@ static int ls_push_fail(lua_State *L, const char *msg)
   return 2;
 }
 
-/* _private.luasafe_arm(fd, resume, wrapped [, "l"|"f"]) -> slot | nil,
- * reason: resume is coroutine.resume, wrapped a coroutine.wrap function
- * (their identities let the capture find who resumed a coroutine); the
- * profiler's mode applies when this arm starts it */
+/* a profile dropped without stop(): its event's fd is closed by now */
+static void ls_prune(void)
+{
+  int k;
+  for (k = 0; k < LS_MAXP; k++) if (ls_p[k].on && !pe_fd_is(ls_p[k].fd, ls_p[k].id)) ls_p[k].on = 0;
+}
+
+/* _private.luasafe_trap_busy() -> whether an armed profile's event sends
+ * SIGTRAP: a second one must not.  Two SIGTRAPs due on the same return to
+ * user space are one, and two clock events both overdue when the thread
+ * is switched out both restart 10 us after it is back (the kernel's
+ * perf_swevent_start_hrtimer): from then on they fire in step, and one of
+ * the two profiles lost a third of its signals in a loaded run */
+static int l_trap_busy(lua_State *L)
+{
+  int k, busy = 0;
+  ls_prune();
+  for (k = 0; k < LS_MAXP; k++) busy = busy || (ls_p[k].on && ls_p[k].trap);
+  lua_pushboolean(L, busy);
+  return 1;
+}
+
+/* _private.luasafe_arm(fd, resume, wrapped [, "l"|"f" [, trap]]) -> slot |
+ * nil, reason: resume is coroutine.resume, wrapped a coroutine.wrap
+ * function (their identities let the capture find who resumed a
+ * coroutine); the profiler's mode applies when this arm starts it.  trap:
+ * the event was opened with sigtrap and this sig_data (not 0), and signals
+ * its samples itself (SIGTRAP, no wakeup); else its fd is made to signal
+ * (F_SETSIG, which needs a wakeup per sample) */
 static int l_arm(lua_State *L)
 {
   int fd = pe_check_int(L, 1, "fd", 0, 0x7fffffff);
+  uint64_t trap = lua_isnoneornil(L, 5) ? 0 : (uint64_t)pe_check_int(L, 5, "trap", 1, 0x7fffffff);
   int k, slot = -1;
-  /* a profile dropped without stop(): its event's fd is closed by now */
-  for (k = 0; k < LS_MAXP; k++) if (ls_p[k].on && !pe_fd_is(ls_p[k].fd, ls_p[k].id)) ls_p[k].on = 0;
+  ls_prune();
   for (k = 0; k < LS_MAXP; k++) if (!ls_p[k].on) { slot = k; break; }
   if (slot < 0) return ls_push_fail(L, "4 safe-point profiles are armed already");
+  if (trap && ls_find(-1, trap)) return ls_push_fail(L, "a safe-point profile is armed with this sig_data already");
   if (ls_active && !ls_owned())
     return ls_push_fail(L, "LuaJIT's profiler is in use (restarted by jit.profile or -jp since)");
   if (!ls_active) {
@@ -669,7 +752,8 @@ static int l_arm(lua_State *L)
     ls_ljh = old.sa_handler;
     ls_ps = ls_find_ps();
     ls_signo = SIGRTMIN + 4;
-    if (pe_sig_install(ls_signo, ls_handler, ls_handler) < 0) {
+    ls_mask();
+    if (pe_sig_install(ls_signo, ls_handler, ls_handler, &ls_blocked) < 0) {
       int err = errno;
       luaJIT_profile_stop(L);
       return pe_push_syserror(L, "luasafe_arm", "sigaction", err, NULL);
@@ -681,8 +765,21 @@ static int l_arm(lua_State *L)
     p->head = p->tail = p->dropped = p->late = 0;
     p->fd = fd;
     p->id = pe_fd_id(fd);
+    p->trap = trap;
   }
-  if (pe_sig_route(fd, ls_signo) < 0) return pe_push_syserror(L, "luasafe_arm", "fcntl", errno, NULL);
+  if (trap && !ls_trap_installed) {
+    /* installed once and for good, as the other handlers: a SIGTRAP
+     * already on its way must not meet the default action */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = ls_handler;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    ls_mask();
+    sa.sa_mask = ls_blocked;
+    if (sigaction(SIGTRAP, &sa, &ls_trap_old) < 0) return pe_push_syserror(L, "luasafe_arm", "sigaction", errno, NULL);
+    ls_trap_installed = 1;
+  }
+  if (!trap && pe_sig_route(fd, ls_signo) < 0) return pe_push_syserror(L, "luasafe_arm", "fcntl", errno, NULL);
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   ls_p[slot].on = 1;
   lua_pushinteger(L, slot + 1);
@@ -932,6 +1029,7 @@ static int l_needs(lua_State *L)
 #define l_forget l_needs
 #define l_stats l_needs
 #define l_pending l_needs
+#define l_trap_busy l_needs
 #endif
 
 /* the functions go to core._private (profile/safepoint.lua's, not API) */
@@ -940,7 +1038,7 @@ void pe_open_luasafe(lua_State *L)
   static const luaL_Reg fns[] = {
     {"luasafe_arm", l_arm}, {"luasafe_disarm", l_disarm}, {"luasafe_take", l_take},
     {"luasafe_here", l_here}, {"luasafe_forget", l_forget}, {"luasafe_stats", l_stats},
-    {"luasafe_pending", l_pending}, {NULL, NULL}
+    {"luasafe_pending", l_pending}, {"luasafe_trap_busy", l_trap_busy}, {NULL, NULL}
   };
   pe_push_private(L, lua_gettop(L));
   pe_setfuncs(L, fns);

@@ -135,9 +135,10 @@ int pe_current_tid(void);
 
 /* ---- an event's overflow signal (sigroute.c) ---------------------------- */
 typedef void (*pe_sig_fn)(int, siginfo_t *, void *);
-/* fn handles signo (SA_SIGINFO, SA_RESTART); sigio_fn handles SIGIO when
- * the process left it at its default action.  0, or -1 and errno. */
-int pe_sig_install(int signo, pe_sig_fn fn, pe_sig_fn sigio_fn);
+/* fn handles signo (SA_SIGINFO, SA_RESTART; mask, or NULL: the signals
+ * blocked while it runs besides signo); sigio_fn handles SIGIO when the
+ * process left it at its default action.  0, or -1 and errno. */
+int pe_sig_install(int signo, pe_sig_fn fn, pe_sig_fn sigio_fn, const sigset_t *mask);
 /* fd's overflows signal the calling thread with signo (F_SETOWN_EX,
  * F_SETSIG, O_ASYNC | O_NONBLOCK).  0, or -1 and errno. */
 int pe_sig_route(int fd, int signo);

@@ -16,13 +16,14 @@
 #include <sys/ioctl.h>
 #include "pe_core.h"
 
-int pe_sig_install(int signo, pe_sig_fn fn, pe_sig_fn sigio_fn)
+int pe_sig_install(int signo, pe_sig_fn fn, pe_sig_fn sigio_fn, const sigset_t *mask)
 {
   struct sigaction sa, old;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = fn;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
+  if (mask) sa.sa_mask = *mask;
+  else sigemptyset(&sa.sa_mask);
   if (sigaction(signo, &sa, NULL) < 0) return -1;
   /* a process that handles SIGIO itself (nginx) keeps its handler */
   if (sigaction(SIGIO, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL) {

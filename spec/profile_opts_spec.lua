@@ -86,7 +86,7 @@ describe("pe.profile.start's options", function()
       { "stacks", "no", "boolean", "string" }, { "lua", 0, "boolean", "number" },
       { "perfmap", 1, "boolean", "number" }, { "keep", "false", "boolean", "string" },
       { "event", 5, "string", "number" }, { "event", { "cpu-clock" }, "string", "table" },
-      { "hook", true, "string", "boolean" },
+      { "hook", true, "string", "boolean" }, { "sigtrap", 1, "boolean", "number" },
     }
     for _, c in ipairs(cases) do
       assert.are.equal(("%soption '%s' must be a %s, got %s"):format(P, c[1], c[3], c[4]), raises({ [c[1]] = c[2] }))
@@ -107,7 +107,7 @@ describe("pe.profile.start's options", function()
     -- a valid value does not excuse a wrong name
     assert.are.equal(unknown("stak", "stack"), raises({ freq = 99, stak = 0 }))
     local all = "depth, event, freq, hook, hook_count, hook_leaf, hook_slots, keep, lj_mode, lua, pages, "
-                .. "perfmap, period, stack, stacks, walk"
+                .. "perfmap, period, sigtrap, stack, stacks, walk"
     assert.are.equal(P .. "unknown option 'bogus' (options: " .. all .. ")", raises({ bogus = 1 }))
     assert.are.equal(P .. "unknown option '1' (options: " .. all .. ")", raises({ "cpu-clock" }))
   end)

@@ -168,6 +168,22 @@ local function stacks_with(p, pattern)
   return n
 end
 
+-- the n most frequent stacks of p, as "count stack" text
+local function top_stacks(p, n)
+  local c, keys = {}, {}
+  for _, fr in ipairs(p.samples) do
+    local parts = {}
+    for i, f in ipairs(fr) do parts[i] = f.c or f.lua.name end
+    local k = tconcat(parts, ";")
+    if not c[k] then keys[#keys + 1] = k end
+    c[k] = (c[k] or 0) + 1
+  end
+  table.sort(keys, function(a, b) return c[a] > c[b] end)
+  local out = {}
+  for i = 1, math.min(n, #keys) do out[i] = c[keys[i]] .. " " .. keys[i] end
+  return tconcat(out, "; ")
+end
+
 local describe_jit = jit and describe or pending
 
 describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
@@ -444,5 +460,59 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     p:stop()
     assert(ok, err)
     assert.is_nil(p:pending())   -- stopped: nothing to wait for
+  end)
+
+  it("signals its samples with sigtrap's SIGTRAP, one profile at a time; the others by F_SETSIG", function()
+    local p = assert(pe.profile.start({ freq = 999 }))
+    local q = assert(pe.profile.start({ freq = 999 }))
+    local r = assert(pe.profile.start({ freq = 999, sigtrap = false }))
+    local a, b, c = p.ev:attr(), q.ev:attr(), r.ev:attr()
+    local t0 = clock()
+    while clock() - t0 < 0.3 do sp_lua(100000) end
+    -- (each stop's drain is sampled by the profiles still running)
+    for _, e in ipairs({ p, q, r }) do assert(e.ev:disable()) end
+    sp_lua(10)   -- the last captures are taken at the next safe point
+    r:stop() q:stop() p:stop()
+    -- the first: the kernel's SIGTRAP, tagged with its sig_data, no wakeup
+    assert.is_true(p.sigtrap)
+    assert.is_true(a.sigtrap and a.remove_on_exec and a.sig_data > 0)
+    assert.is_nil(a.wakeup_events)
+    -- a second one while it runs, and one that asks: a wakeup and the fd's signal
+    for _, e in ipairs({ { q, b }, { r, c } }) do
+      assert.is_false(e[1].sigtrap)
+      assert.is_nil(e[2].sigtrap)
+      assert.equal(1, e[2].wakeup_events)
+    end
+    -- each got a signal for every sample (~300 each), none lost to another
+    -- (with two sigtrap events, one profile lost a third of them), and
+    -- its stacks (one taken while another profile's capture ran has none)
+    for _, e in ipairs({ p, q, r }) do
+      assert.equal(0, stacks_with(e, "^%[no signal%]$"))
+      assert.is_true(e.nsamples > 150 and e.nsafe >= 0.9 * e.nsamples,
+                     e.nsafe .. " of " .. e.nsamples .. " with a stack")
+      assert.is_true(stacks_with(e, "sp_lua$") > 0.8 * e.nsamples, e.nsamples .. " samples: " .. top_stacks(e, 4))
+    end
+  end)
+
+  it("leaves SIGTRAPs that are not a perf event's to their own disposition", function()
+    -- a child raises SIGTRAP while its profile runs, after its stop, and
+    -- once more: by default the first ends it (128 + 5); ignored, none does
+    local code = table.concat({
+      "package.path = 'lua/?.lua;lua/?/init.lua;' .. package.path",
+      "package.cpath = (os.getenv('PE_BUILD') or 'build') .. '/?.so;' .. package.cpath",
+      "local ffi = require('ffi')",
+      "ffi.cdef('int raise(int); typedef void (*pe_sigh)(int); pe_sigh signal(int, pe_sigh);')",
+      "if os.getenv('PE_TRAP') == 'ign' then ffi.C.signal(5, ffi.cast('pe_sigh', 1)) end",
+      "local p = assert(require('perf_event').profile.start({ freq = 999 }))",
+      "assert(p.sigtrap)",
+      "ffi.C.raise(5)",
+      "p:stop()",
+      "ffi.C.raise(5)",
+      "os.exit(7)" }, " ")
+    for _, case in ipairs({ { "dfl", 133 }, { "ign", 7 } }) do
+      local out = U.run("ulimit -c 0; PE_TRAP=" .. case[1] .. " " .. U.lua_cmd() .. " -e \"" .. code
+                        .. "\" 2>&1; echo rc=$?")
+      assert.equal(case[2], tonumber(out:match("rc=(%d+)")), case[1] .. ": " .. out)
+    end
   end)
 end)

@@ -1,11 +1,15 @@
 /* bench/profile/floor.c - what a sample costs before any profiler code
  * runs: the kernel's side of a cpu-clock sample (timer interrupt, the
- * sample written to the ring) and the delivery of the per-sample signal
- * (O_ASYNC, F_SETSIG, F_SETOWN_EX to this thread, an empty handler), on a
+ * sample written to the ring) and the delivery of the per-sample signal to
+ * an empty handler, both ways pe.profile's safe point asks for it, on a
  * plain C loop. bench/profile/run.sh runs it beside overhead.lua so that
  * pe.profile's cost per sample can be split into this floor and the rest.
- *   floor MODE ITERS FREQ    MODE 0: no event; 1: the event, its ring, no
- *                            signal; 2: the event and the signal
+ *   floor MODE ITERS FREQ    MODE 0: no event; 1: the event and its ring,
+ *                            no wakeup, no signal; 2: a wakeup per sample
+ *                            and the fd's signal (O_ASYNC, F_SETSIG,
+ *                            F_SETOWN_EX to this thread); 3: sigtrap (the
+ *                            kernel's SIGTRAP on the way back to user
+ *                            space, no wakeup), pe.profile's default
  * prints: MODE cpu_seconds samples */
 #define _GNU_SOURCE
 #include <linux/perf_event.h>
@@ -57,13 +61,13 @@ int main(int argc, char **argv)
   volatile double sink;
   unsigned long samples = 0;
   if (argc != 4) {
-    fprintf(stderr, "usage: floor MODE(0|1|2) ITERS FREQ\n");
+    fprintf(stderr, "usage: floor MODE(0|1|2|3) ITERS FREQ\n");
     return 2;
   }
   mode = atoi(argv[1]);
   iters = atol(argv[2]);
   freq = atoi(argv[3]);
-  if (mode < 0 || mode > 2 || iters <= 0 || freq <= 0) {
+  if (mode < 0 || mode > 3 || iters <= 0 || freq <= 0) {
     fprintf(stderr, "floor: bad arguments\n");
     return 2;
   }
@@ -81,7 +85,12 @@ int main(int argc, char **argv)
     a.exclude_kernel = 1;
     a.exclude_hv = 1;
     a.disabled = 1;
-    a.wakeup_events = 1;
+    if (mode == 2) a.wakeup_events = 1;
+    if (mode == 3) {
+      a.sigtrap = 1;
+      a.remove_on_exec = 1;
+      a.sig_data = 1;
+    }
     fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
     if (fd < 0) {
       perror("floor: perf_event_open");
@@ -93,6 +102,17 @@ int main(int argc, char **argv)
       return 1;
     }
     up = m;
+    if (mode == 3) {
+      struct sigaction sa;
+      memset(&sa, 0, sizeof sa);
+      sa.sa_sigaction = on_sample;
+      sa.sa_flags = SA_SIGINFO | SA_RESTART;
+      sigemptyset(&sa.sa_mask);
+      if (sigaction(SIGTRAP, &sa, NULL)) {
+        perror("floor: sigaction");
+        return 1;
+      }
+    }
     if (mode == 2) {
       struct sigaction sa;
       struct f_owner_ex o;
@@ -121,7 +141,7 @@ int main(int argc, char **argv)
     ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
     /* each sample is 8 (header) + 3 * 8 bytes; a LOST or THROTTLE record
      * would be counted as one too (none at these rates and ring size) */
-    samples = mode == 2 ? (unsigned long)nsig : (unsigned long)(__atomic_load_n(&up->data_head, __ATOMIC_ACQUIRE) / 32);
+    samples = mode >= 2 ? (unsigned long)nsig : (unsigned long)(__atomic_load_n(&up->data_head, __ATOMIC_ACQUIRE) / 32);
   }
   printf("%d %.6f %lu\n", mode, t, samples);
   return 0;

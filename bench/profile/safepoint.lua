@@ -72,8 +72,11 @@ local configs = {
     end },
   { "pe 999 Hz", pe_cfg({ freq = 999, name = "pe 999 Hz" }) },
   { "pe 99 Hz", pe_cfg({ freq = 99, name = "pe 99 Hz" }) },
+  -- the fd's signal (a wakeup per sample) instead of sigtrap's SIGTRAP
+  { "pe 999 Hz F_SETSIG", pe_cfg({ freq = 999, sigtrap = false, name = "pe 999 Hz F_SETSIG" }) },
   -- 10x the samples: the cost per sample shows above the noise
   { "pe 9999 Hz", pe_cfg({ freq = 9999, name = "pe 9999 Hz" }) },
+  { "pe 9999 Hz F_SETSIG", pe_cfg({ freq = 9999, sigtrap = false, name = "pe 9999 Hz F_SETSIG" }) },
   { "pe 9999 Hz signal walk", pe_cfg({ freq = 9999, walk = "signal", name = "pe 9999 Hz signal walk" }) },
   -- no signal at all (leaf frames only): the kernel's sampling alone
   { "pe 9999 Hz no stacks", pe_cfg({ freq = 9999, stacks = false, name = "pe 9999 Hz no stacks" }) },

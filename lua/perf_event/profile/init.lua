@@ -136,6 +136,8 @@ end
 -- registry, no trace registry, no registers or stack copy per sample.
 -- Returns the started profile; or false, why (the caller falls back to the
 -- signal-time walk); or nil when the event cannot be opened (p.err).
+local trap_seq = 0   -- the sig_data of the last sigtrap event
+
 local function start_safepoint(p, pe, opts)
   local safepoint = require("perf_event.profile.safepoint")
   -- the self-test runs coroutines, which some hosts forbid at some points
@@ -144,18 +146,40 @@ local function start_safepoint(p, pe, opts)
   local tested, st = pcall(safepoint.selftest)
   if not tested then return false, "the self-test could not run here: " .. tostring(st) end
   if not st.ok then return false, st.reason end
-  local spec = { event = p.event, exclude_kernel = true, exclude_hv = true,
-                 use_clockid = true, clockid = "monotonic", sample_type = "ip|tid|time",
-                 wakeup_events = 1 }
+  -- Each sample signals this thread. With sigtrap (Linux 5.13) the kernel
+  -- sends SIGTRAP itself on the way back to user space; else a wakeup per
+  -- sample makes it send the fd's signal (F_SETSIG), and on this VM that
+  -- wakeup costs ~10 us a sample (an interrupt of its own)
+  -- (disabled until armed: a SIGTRAP before its handler ends the process)
+  local spec = { event = p.event, exclude_kernel = true, exclude_hv = true, disabled = true,
+                 use_clockid = true, clockid = "monotonic", sample_type = "ip|tid|time" }
   if opts.period then spec.sample_period = opts.period
   else spec.freq = true; spec.sample_freq = opts.freq or 999 end
-  local ev, err = pe.open(spec, { pages = opts.pages or 512 })
-  if not ev and not opts.pages then ev, err = pe.open(spec, { pages = 64 }) end
+  local function open()
+    local ev, err = pe.open(spec, { pages = opts.pages or 512 })
+    if not ev and not opts.pages then ev, err = pe.open(spec, { pages = 64 }) end
+    return ev, err
+  end
+  local trap, ev, err
+  -- (one sigtrap profile at a time: see luasafe_trap_busy)
+  if opts.sigtrap ~= false and not pe.core._private.luasafe_trap_busy() then
+    trap_seq = trap_seq % 0x7fffffff + 1
+    trap = trap_seq
+    spec.sigtrap, spec.remove_on_exec, spec.sig_data = true, true, trap
+    ev, err = open()
+    if not ev then   -- (a kernel before 5.13: EINVAL)
+      trap, spec.sigtrap, spec.remove_on_exec, spec.sig_data = nil, nil, nil, nil
+    end
+  end
+  if not trap then
+    spec.wakeup_events = 1
+    ev, err = open()
+  end
   if not ev then p.err = err return nil end
-  p.ev = ev
+  p.ev, p.sigtrap = ev, trap ~= nil
   p.helpers = { proto_info = naming.proto_info, builtins = M.builtins, frame_name = naming.frame_name,
                 addr_of = raw.addr_of }
-  local ok, why = safepoint.arm(p, opts.lj_mode)   -- lj_mode "f": bench/profile/safepoint.lua only
+  local ok, why = safepoint.arm(p, opts.lj_mode, trap)   -- lj_mode "f": bench/profile/safepoint.lua only
   if not ok then ev:close() p.ev = nil return false, why end
   p.mode, p.walk, p.stacks, p.selftest = "safepoint", "safepoint", true, st
   p.running = true
@@ -191,7 +215,10 @@ end
 --   (16..2^20 captures held between drains: 8192), `depth` (1..1024 frames: 256),
 --   `hook_leaf` (false: on 5.4, no function popped since the signal is added back
 --   as the leaf);
+--   on LuaJIT's safe point `sigtrap` (false: each sample signalled by the
+--   fd's F_SETSIG after a wakeup, not by the kernel's SIGTRAP);
 --   LuaJIT takes the hook options and does not use them, as PUC Lua does `stack`
+--   and `sigtrap`
 -- @treturn[1] table the profile
 -- @treturn[2] nil
 -- @treturn[2] string why the event could not be opened

@@ -74,6 +74,7 @@ M.OPTIONS = {
   hook_leaf = { "boolean" },
   walk = { "string", one_of("safepoint", "signal") },
   lj_mode = { "string", one_of("l", "f") },
+  sigtrap = { "boolean" },
 }
 
 local NAMES = {}

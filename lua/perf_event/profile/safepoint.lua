@@ -173,13 +173,14 @@ end
 
 -- ---------------------------------------------------------------- arming
 
---- Arms safe-point capture for profile p (its event p.ev opened with a
--- wakeup per sample). @treturn true | nil, reason
-function M.arm(p, lj_mode)
+--- Arms safe-point capture for profile p: its event p.ev was opened with
+-- sigtrap and sig_data `trap`, or (trap nil) with a wakeup per sample.
+-- @treturn true | nil, reason
+function M.arm(p, lj_mode, trap)
   local st = M.selftest()
   if not st.ok then return nil, st.reason end
   local LP = core_private()
-  local slot, err = LP.luasafe_arm(p.ev:fd(), coroutine.resume, here_args[2], lj_mode)
+  local slot, err = LP.luasafe_arm(p.ev:fd(), coroutine.resume, here_args[2], lj_mode or "l", trap)
   if not slot then return nil, err end
   p.safe = { slot = slot, nstacks = 0, nchunks = 0, stacks = {}, chunks = {}, frames = {}, ipc = {}, nipc = 0,
              ranges = {}, rcache = {}, nrcache = 0, byk = {}, nkeys = 0, nresolved = 0 }
