@@ -19,6 +19,8 @@
  *                          time_conv; the LuaJIT signal-time stack walk
  *                          (pe.profile, walk="signal")
  *   luahook.c              the PUC Lua count hook's stacks (pe.profile)
+ *   sigroute.c             an event's overflow signal to this thread (the
+ *                          three samplers above)
  *   lifecycle.c            open, close/gc, fork generation, mmap, accessors
  *   layouts.c spawn.c dir.c  shared-ring decode layouts (E6); spawn/wait;
  *                          core.readdir

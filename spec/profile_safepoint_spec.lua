@@ -463,16 +463,22 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
   end)
 
   it("signals its samples with sigtrap's SIGTRAP, one profile at a time; the others by F_SETSIG", function()
+    local function run(...)
+      local ps = { ... }
+      local t0 = clock()
+      while clock() - t0 < 0.3 do sp_lua(100000) end
+      -- (each stop's drain is sampled by the profiles still running)
+      for _, e in ipairs(ps) do assert(e.ev:disable()) end
+      sp_lua(10)   -- the last captures are taken at the next safe point
+      for i = #ps, 1, -1 do ps[i]:stop() end
+    end
     local p = assert(pe.profile.start({ freq = 999 }))
     local q = assert(pe.profile.start({ freq = 999 }))
+    local a, b = p.ev:attr(), q.ev:attr()
+    run(p, q)
     local r = assert(pe.profile.start({ freq = 999, sigtrap = false }))
-    local a, b, c = p.ev:attr(), q.ev:attr(), r.ev:attr()
-    local t0 = clock()
-    while clock() - t0 < 0.3 do sp_lua(100000) end
-    -- (each stop's drain is sampled by the profiles still running)
-    for _, e in ipairs({ p, q, r }) do assert(e.ev:disable()) end
-    sp_lua(10)   -- the last captures are taken at the next safe point
-    r:stop() q:stop() p:stop()
+    local c = r.ev:attr()
+    run(r)
     -- the first: the kernel's SIGTRAP, tagged with its sig_data, no wakeup
     assert.is_true(p.sigtrap)
     assert.is_true(a.sigtrap and a.remove_on_exec and a.sig_data > 0)
@@ -489,7 +495,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     for _, e in ipairs({ p, q, r }) do
       assert.equal(0, stacks_with(e, "^%[no signal%]$"))
       assert.is_true(e.nsamples > 150 and e.nsafe >= 0.9 * e.nsamples,
-                     e.nsafe .. " of " .. e.nsamples .. " with a stack")
+                     e.nsafe .. " of " .. e.nsamples .. " with a stack: " .. top_stacks(e, 4))
       assert.is_true(stacks_with(e, "sp_lua$") > 0.8 * e.nsamples, e.nsamples .. " samples: " .. top_stacks(e, 4))
     end
   end)
