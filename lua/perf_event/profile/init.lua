@@ -138,6 +138,19 @@ end
 -- signal-time walk); or nil when the event cannot be opened (p.err).
 local trap_seq = 0   -- the sig_data of the last sigtrap event
 
+-- why this process should not get a perf SIGTRAP, or nil: valgrind takes
+-- it for a fault of its own and ends the process; a tracer (gdb, strace)
+-- stops at every one
+local function no_sigtrap()
+  if (os.getenv("LD_PRELOAD") or ""):find("vgpreload", 1, true) then return "under valgrind" end
+  local f = io.open("/proc/self/status", "r")
+  local st = f and f:read("*a") or ""
+  if f then f:close() end
+  local tracer = tonumber(st:match("\nTracerPid:%s*(%d+)"))
+  if tracer and tracer ~= 0 then return "traced by pid " .. tracer end
+  return nil
+end
+
 local function start_safepoint(p, pe, opts)
   local safepoint = require("perf_event.profile.safepoint")
   -- the self-test runs coroutines, which some hosts forbid at some points
@@ -161,14 +174,19 @@ local function start_safepoint(p, pe, opts)
     return ev, err
   end
   local trap, ev, err
-  -- (one sigtrap profile at a time: see luasafe_trap_busy)
-  if opts.sigtrap ~= false and not pe.core._private.luasafe_trap_busy() then
+  if opts.sigtrap == false then p.sigtrap_reason = "sigtrap=false"
+  elseif pe.core._private.luasafe_trap_busy() then
+    -- (one sigtrap profile at a time: see luasafe_trap_busy)
+    p.sigtrap_reason = "another profile's event sends SIGTRAP"
+  else p.sigtrap_reason = no_sigtrap() end
+  if not p.sigtrap_reason then
     trap_seq = trap_seq % 0x7fffffff + 1
     trap = trap_seq
     spec.sigtrap, spec.remove_on_exec, spec.sig_data = true, true, trap
     ev, err = open()
     if not ev then   -- (a kernel before 5.13: EINVAL)
       trap, spec.sigtrap, spec.remove_on_exec, spec.sig_data = nil, nil, nil, nil
+      p.sigtrap_reason = "the kernel refused sigtrap: " .. tostring(err)
     end
   end
   if not trap then
