@@ -1,7 +1,9 @@
 -- busted output handler: one '.', 'F', 'E' or 'S' per test, the details of
 -- every failure, and a summary.  When PE_RESULTS names a file, the counts
 -- are appended to it as "passed failed skipped" so tools/runtests can add
--- up several runs and print the final "N passed, N failed" line.
+-- up several runs and print the final "N passed, N failed" line.  When
+-- PE_CURRENT names a file, it holds the name of the test running (so that
+-- tools/runtests can name the test of a suite it had to kill).
 return function(options)
   local busted = require("busted")
   local handler = require("busted.outputHandlers.base")()
@@ -10,6 +12,16 @@ return function(options)
 
   local function name_of(element)
     return handler.getFullName(element)
+  end
+
+  local current = os.getenv("PE_CURRENT")
+  handler.testStart = function(element)
+    local f = io.open(current, "w")
+    if f then
+      f:write(name_of(element), "\n")
+      f:close()
+    end
+    return nil, true
   end
 
   handler.testEnd = function(element, parent, status)
@@ -49,6 +61,7 @@ return function(options)
     return nil, true
   end
 
+  if current then busted.subscribe({ "test", "start" }, handler.testStart) end
   busted.subscribe({ "test", "end" }, handler.testEnd, { predicate = handler.cancelOnPending })
   busted.subscribe({ "suite", "end" }, handler.suiteEnd)
   busted.subscribe({ "error", "file" }, handler.error)
