@@ -157,13 +157,18 @@ local function check_shares(fns, secs)
   return p
 end
 
+-- a sample's frames as folded text, root first
+local function stack_text(fr)
+  local parts = {}
+  for i, f in ipairs(fr) do parts[i] = f.c or f.lua.name end
+  return tconcat(parts, ";")
+end
+
 -- the stacks of p that contain all the names in order, as text
 local function stacks_with(p, pattern)
   local n = 0
   for _, fr in ipairs(p.samples) do
-    local parts = {}
-    for i, f in ipairs(fr) do parts[i] = f.c or f.lua.name end
-    if tconcat(parts, ";"):find(pattern) then n = n + 1 end
+    if stack_text(fr):find(pattern) then n = n + 1 end
   end
   return n
 end
@@ -172,9 +177,7 @@ end
 local function top_stacks(p, n)
   local c, keys = {}, {}
   for _, fr in ipairs(p.samples) do
-    local parts = {}
-    for i, f in ipairs(fr) do parts[i] = f.c or f.lua.name end
-    local k = tconcat(parts, ";")
+    local k = stack_text(fr)
     if not c[k] then keys[#keys + 1] = k end
     c[k] = (c[k] or 0) + 1
   end
@@ -521,9 +524,9 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
       "ffi.C.raise(5)",
       "os.exit(7)" }, " ")
     for _, case in ipairs({ { "dfl", 133 }, { "ign", 7 } }) do
-      local out = U.run("ulimit -c 0; PE_TRAP=" .. case[1] .. " " .. U.lua_cmd() .. " -e \"" .. code
-                        .. "\" 2>&1; echo rc=$?")
-      assert.equal(case[2], tonumber(out:match("rc=(%d+)")), case[1] .. ": " .. out)
+      local out, rc = U.run("ulimit -c 0; PE_TRAP=" .. case[1] .. " " .. U.lua_cmd() .. " -e \"" .. code
+                            .. "\" 2>&1")
+      assert.equal(case[2], rc, case[1] .. ": " .. out)
     end
   end)
 

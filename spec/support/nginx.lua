@@ -9,25 +9,16 @@ local N = {}
 
 N.MODULE = "/usr/lib/nginx/modules/ngx_http_lua_module.so"
 
--- output, whether it exited 0, and its exit code.  The code comes from the
--- shell: on LuaJIT and 5.1 a popen'ed file's close() returns true whatever
--- the command's status
+-- output (stderr too), whether it exited 0, and its exit code
 function N.sh(cmd)
-  local out = U.sh("(" .. cmd .. ") 2>&1; echo \"rc=$?\"")
-  local code = tonumber(out:match("rc=(%d+)\n?$"))
-  return (out:gsub("rc=%d+\n?$", "")), code == 0, code
+  local out, code = U.run("(" .. cmd .. ") 2>&1")
+  return out, code == 0, code
 end
 local sh = N.sh
 
 function N.have(cmd) return (select(2, sh("command -v " .. cmd))) end
 
-function N.read(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+N.read = U.read
 
 function N.write(path, s)
   local f = assert(io.open(path, "w"))

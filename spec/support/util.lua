@@ -227,14 +227,12 @@ function U.sh(cmd)
 end
 
 --- a shell command's standard output (stderr too with "2>&1" in cmd) and
--- its exit status (the wait status decoded on Lua 5.1)
+-- its exit status, from the shell (128 + N for a signal N): on LuaJIT and
+-- 5.1 a popen'ed file's close() does not give it
 function U.run(cmd)
-  local p = io.popen(cmd)
-  local out = p:read("*a")
-  local ok, _, code = p:close()
-  if type(ok) == "number" then code = ok end   -- Lua 5.1: the wait status
-  if _VERSION == "Lua 5.1" and not jit and code and code > 255 then code = math.floor(code / 256) end
-  return out, code
+  local out = U.sh("(" .. cmd .. "); echo \"rc=$?\"")
+  local code = tonumber(out:match("rc=(%d+)\n?$"))
+  return (out:gsub("rc=%d+\n?$", "")), code
 end
 
 --- the contents of the file at path, or nil when it cannot be opened
@@ -269,9 +267,7 @@ end
 --- bin/luaperf run with args under the suite's interpreter: its stdout and
 -- stderr, and its exit status
 function U.luaperf(args)
-  local out = U.run(U.lua_cmd() .. " bin/luaperf " .. args .. " 2>&1; echo \"rc=$?\"")
-  local rc = tonumber(out:match("rc=(%d+)\n?$"))
-  return (out:gsub("rc=%d+\n?$", "")), rc
+  return U.run(U.lua_cmd() .. " bin/luaperf " .. args .. " 2>&1")
 end
 
 --- pe.profile's rate cap (issue 18), on any interpreter: a clock above
