@@ -71,9 +71,13 @@ describe("luaperf record, bursts of tracepoint hits at -c 1", function()
           -- lost records may hold one task record too: EXIT)
           assert.truthy(written <= n, out)
           assert.truthy(written + lost >= n and written + lost <= n + 2, out)
-          if have_perf then
+          if have_perf and os.getenv("PE_SUITE") ~= "asan" then
             -- perf 6.1 writes a sample or two twice at times (50,002 for
-            -- 50,000 calls): at least what it writes, n at most
+            -- 50,000 calls): at least what it writes, n at most.  Not in
+            -- the asan suite: its instrumented core drains 100,000 samples
+            -- slower than perf, and lost 8 % of them in each of three tries
+            -- once (all counted): a race of speed, which the optimized
+            -- build runs in the other suites
             local p = perf_burst(n)
             if written >= math.min(p, n) then break end
             assert.truthy(try < 3, ("luaperf wrote %d, perf %d (try %d): %s"):format(written, p, try, out))
@@ -212,19 +216,33 @@ end
 describe("luaperf record --call-graph dwarf", function()
   local cmd = "build/test/petarget spin 300000000"
 
-  it("loses no sample where perf loses none (folded)", function()
+  it("loses no sample where perf loses none, and samples the child's CPU time at perf's rate (folded)", function()
     if not have_perf then pending("needs perf (linux-perf)") return end
     -- a loss needs luaperf kept off the CPU for a ring's worth of samples
     -- (2 MiB: ~250 ms of 8 KiB stacks at 999 Hz), which a loaded machine or
     -- another suite's lane can do to either tool: up to three tries, each
-    -- pair run back to back, and one try with no loss on either side decides
-    local out, n, lost, pn, plost
+    -- pair run back to back, and one try with no loss on either side decides.
+    -- The child writes its CPU time: the same spin took 25 % more of it in
+    -- one run than in the next on this VM (the host's other load is CPU
+    -- time to the guest), so the counts are compared per second of it
+    local spin = "build/test/petarget spincpu 300000000 "
+    local out, n, lost, pn, plost, cpu, pcpu
+    local function cpu_of(f)
+      local h = assert(io.open(f))
+      local v = tonumber(h:read("*l"))
+      h:close()
+      os.remove(f)
+      return assert(v, f) / 1e9
+    end
     for _ = 1, 3 do
       local rc
-      out, rc = run("record --call-graph dwarf -F 999 -o " .. tmp .. "/d.folded -- " .. cmd)
+      out, rc = run("record --call-graph dwarf -F 999 -o " .. tmp .. "/d.folded -- " .. spin .. tmp .. "/c1")
       assert.equal(0, rc, out)
       n, lost = closing(out)
-      sh("perf record -q --call-graph dwarf -F 999 -o " .. tmp .. "/p.data -- " .. cmd .. " >/dev/null 2>&1")
+      cpu = cpu_of(tmp .. "/c1")
+      sh("perf record -q --call-graph dwarf -F 999 -o " .. tmp .. "/p.data -- " .. spin .. tmp
+         .. "/c2 >/dev/null 2>&1")
+      pcpu = cpu_of(tmp .. "/c2")
       local stats = sh("perf report -i " .. tmp .. "/p.data --stats 2>&1")
       pn = tonumber(stats:match("SAMPLE events:%s+(%d+)"))
       plost = tonumber(stats:match("LOST events:%s+(%d+)")) or 0
@@ -232,8 +250,10 @@ describe("luaperf record --call-graph dwarf", function()
     end
     if plost > 0 and lost > 0 then pending("perf itself lost " .. plost .. " records in these runs") return end
     assert.equal(0, lost, out)
-    -- the same workload, sampled at the same rate: within 15 % of perf's
-    assert.truthy(n >= pn * 0.85 and n <= pn * 1.15, ("luaperf %d, perf %d: %s"):format(n, pn, out))
+    -- samples per second of the child's CPU: within 15 % of perf's
+    local r, pr = n / cpu, pn / pcpu
+    assert.truthy(r >= pr * 0.85 and r <= pr * 1.15,
+                  ("luaperf %d in %.3f s of the child's CPU, perf %d in %.3f s: %s"):format(n, cpu, pn, pcpu, out))
   end)
 
   it("writes perf.data perf script unwinds to the callers perf's own has (mmap_data)", function()
