@@ -76,8 +76,37 @@
 #define LD64(a) (*(volatile uint64_t *)(uintptr_t)(a))
 #define LD32(a) (*(volatile int32_t *)(uintptr_t)(a))
 #define LD8(a) (*(volatile uint8_t *)(uintptr_t)(a))
+#define LD16(a) (*(volatile uint16_t *)(uintptr_t)(a))
+
+/* A compiled line, LuaJIT 2.1 GC64 (lj_jit.h, lj_obj.h): jit_State's
+ * trace array (GCRef *trace, then freetrace, sizetrace at +12) is found at
+ * the self-test (ls_find_traces); GCtrace: gct 9 (~LJ_TTRACE), nsnap +10,
+ * snap +48, snapmap +56, szmcode +84, mcode +88; SnapShot (12 bytes):
+ * mapofs +0, ref +4, mcofs +6 (where its machine code starts), nent +10,
+ * and its bytecode PC is the 64-bit word at snapmap[mapofs + nent] shifted
+ * right 8; GCfuncL.pc +32 is its proto's bytecode, which follows the
+ * GCproto (104 bytes): sizebc +12, firstline +72, numline +76, lineinfo
+ * +80 (lj_debug_line's decoding).  Each is checked at the self-test */
+#define LS_GCT_TRACE 9
+#define LS_T_NSNAP 10
+#define LS_T_SNAP 48
+#define LS_T_SNAPMAP 56
+#define LS_T_SZMCODE 84
+#define LS_T_MCODE 88
+#define LS_SNAP_SIZE 12
+#define LS_FNL_PC 32
+#define LS_PT_SIZE 104
+#define LS_PT_SIZEBC 12
+#define LS_PT_FIRSTLINE 72
+#define LS_PT_NUMLINE 76
+#define LS_PT_LINEINFO 80
+#define LS_RET_WORDS 64    /* stack words searched for a trace's return address */
 
 static uint64_t ls_g, ls_vmstate, ls_curl, ls_mainth;   /* addresses in global_State */
+static uint64_t ls_jtrace;   /* &J->trace in use, or 0 (compiled lines by mode "l") */
+static uint64_t ls_jcand;    /* &J->trace found by luasafe_lines */
+static int ls_jok;           /* luasafe_lines_use: its self-test passed */
+static char ls_mode = 'l';   /* the mode LuaJIT's profiler was started in */
 
 /* ---------------------------------------------------------------- records */
 #define LS_MAXP 4          /* profiles armed at once */
@@ -96,6 +125,7 @@ typedef struct ls_rec {
   uint32_t stack;          /* interned stack id (0: none) */
   uint32_t cut;            /* 1: the stack ends at the leaf's own frame */
   int32_t vms;             /* G->vmstate at the signal */
+  uint64_t bcpc;           /* in a trace: its snapshot's bytecode PC at ip, or 0 */
   uint8_t out, state;
 } ls_rec;
 
@@ -235,6 +265,42 @@ static ls_prof *ls_find(int fd, uint64_t trap)
   return NULL;
 }
 
+/* the bytecode PC of the snapshot of trace t whose machine code holds
+ * ip (lj_trace_unwind's search: the last snapshot starting at or before
+ * it), or, ip being in a helper the trace called, the return address
+ * into the trace among the LS_RET_WORDS words above sp; 0 when none.  The
+ * trace runs, so it and the trace array are as the compiler left them */
+static uint64_t ls_trace_pc(int32_t t, uint64_t ip, uint64_t sp)
+{
+  uint64_t arr, tr, mc, snap, map, w;
+  uint32_t sz, ofs, lo, hi;
+  int k;
+  if (!ls_jtrace || t <= 0) return 0;
+  arr = LD64(ls_jtrace);
+  if (!arr || (uint32_t)t >= (uint32_t)LD32(ls_jtrace + 12)) return 0;
+  tr = LD64(arr + 8 * (uint64_t)t);
+  if (!tr || LD8(tr + LS_FN_GCT) != LS_GCT_TRACE) return 0;
+  mc = LD64(tr + LS_T_MCODE);
+  sz = (uint32_t)LD32(tr + LS_T_SZMCODE);
+  for (k = 0; ip - mc >= sz; k++) {
+    if (k == LS_RET_WORDS) return 0;
+    ip = LD64(sp + 8 * (uint64_t)k);
+  }
+  ofs = (uint32_t)(ip - mc);
+  snap = LD64(tr + LS_T_SNAP);
+  hi = LD16(tr + LS_T_NSNAP);
+  if (!snap || !hi) return 0;
+  for (lo = 0; lo < hi;) {
+    uint32_t mid = (lo + hi) / 2;
+    if (ofs < LD16(snap + LS_SNAP_SIZE * (uint64_t)mid + 6)) hi = mid; else lo = mid + 1;
+  }
+  if (lo == 0) return 0;
+  snap += LS_SNAP_SIZE * (uint64_t)(lo - 1);
+  map = LD64(tr + LS_T_SNAPMAP);
+  memcpy(&w, (const void *)(uintptr_t)(map + 4 * ((uint64_t)(uint32_t)LD32(snap) + LD8(snap + 10))), sizeof w);
+  return w >> 8;
+}
+
 static void ls_record(ls_prof *p, const ucontext_t *uc, uint64_t now)
 {
   ls_rec *r;
@@ -248,6 +314,7 @@ static void ls_record(ls_prof *p, const ucontext_t *uc, uint64_t now)
   r->stack = r->cut = 0;
   r->out = 0;
   r->vms = ls_vmstate ? LD32(ls_vmstate) : 0;
+  r->bcpc = r->vms > 0 ? ls_trace_pc(r->vms, r->ip, (uint64_t)uc->uc_mcontext.gregs[REG_RSP]) : 0;
   if (r->vms == LS_VMST_C) {
     /* a C function the VM called runs below cur_L's C frame, and the VM
      * itself on it (sp == cframe: its call and return sequences); above it
@@ -479,6 +546,7 @@ enum { LS_FLUA, LS_FFF, LS_FC, LS_FWRAP };
 
 typedef struct ls_fr {
   uint32_t w[6];
+  uint64_t fn;             /* a Lua frame's GCfunc */
   uint64_t l;              /* thread */
   uint32_t off;            /* frame slot in its stack */
 } ls_fr;
@@ -523,6 +591,7 @@ static int ls_walk(lua_State *L, ls_fr *out, int max, int *nlua, int *trunc)
         ar.i_ci = (int)((size << 16) + off);
         if (!lua_getinfo(L, "Sl", &ar)) { *trunc = 1; break; }
         f->w[0] = LS_FLUA;
+        f->fn = fn;
         f->w[1] = ls_chunk(ar.source ? ar.source : "?");
         f->w[2] = (uint32_t)ar.linedefined;
         f->w[3] = (uint32_t)ar.lastlinedefined;
@@ -598,12 +667,44 @@ static uint32_t ls_intern_frames(int n, uint32_t flags)
   return ls_intern(ls_words);
 }
 
+/* the line of bytecode PC pc in Lua function fn (lj_debug_line), or -1
+ * when pc is not one of fn's */
+static int32_t ls_pc_line(uint64_t fn, uint64_t pc)
+{
+  uint64_t bc = LD64(fn + LS_FNL_PC), pt = bc - LS_PT_SIZE, li;
+  uint32_t size, pos, numline;
+  int32_t first;
+  if (bc < 0x10000 || (bc & 3)) return -1;
+  size = (uint32_t)LD32(pt + LS_PT_SIZEBC);
+  if (pc < bc || pc - bc >= 4 * (uint64_t)size || (pc & 3)) return -1;
+  pos = (uint32_t)((pc - bc) / 4);
+  li = LD64(pt + LS_PT_LINEINFO);
+  first = LD32(pt + LS_PT_FIRSTLINE);
+  numline = (uint32_t)LD32(pt + LS_PT_NUMLINE);
+  if (!li) return -1;
+  if (pos-- == 0) return first;
+  if (numline < 256) return first + (int32_t)LD8(li + pos);
+  if (numline < 65536) return first + (int32_t)LD16(li + 2 * (uint64_t)pos);
+  return first + LD32(li + 4 * (uint64_t)pos);
+}
+
+/* interns frames [0, n) with the leaf's line set to line */
+static uint32_t ls_intern_line(int n, uint32_t flags, int32_t line)
+{
+  uint32_t id, keep = ls_frames[n - 1].w[4];
+  ls_frames[n - 1].w[4] = (uint32_t)line;
+  id = ls_intern_frames(n, flags);
+  ls_frames[n - 1].w[4] = keep;
+  return id;
+}
+
 /* the safe point (luaJIT_profile_callback): the pending records of every
  * armed profile get the stack of L */
 static void ls_capture(void *data, lua_State *L, int samples, int vmstate)
 {
   uint64_t t0 = ls_now();
-  uint32_t flags = 0, full = 0;
+  uint32_t flags = 0, full = 0, cached_id = 0;
+  int32_t cached_line = -1;
   int n = -1, k;
   (void)data; (void)samples; (void)vmstate;
   ls_in_cap = 1;
@@ -619,6 +720,16 @@ static void ls_capture(void *data, lua_State *L, int samples, int vmstate)
       if (r->state != LS_PENDING) continue;
       if (n < 0) { n = ls_stack_of(L, &flags); full = ls_intern_frames(n, flags); }
       r->stack = full;
+      if (r->bcpc && n > 0 && ls_frames[n - 1].w[0] == LS_FLUA) {
+        /* a sample in a trace: the line its machine code was at, when in
+         * the function the capture found running (the trace has no check
+         * between a function's lines) */
+        int32_t line = ls_pc_line(ls_frames[n - 1].fn, r->bcpc);
+        if (line > 0 && (uint32_t)line != ls_frames[n - 1].w[4]) {
+          if (line != cached_line) { cached_line = line; cached_id = ls_intern_line(n, flags, line); }
+          r->stack = cached_id;
+        }
+      }
       if (r->leaf) {
         /* the C function the signal found: still on the stack (table.sort
          * running a Lua comparator) the stack ends at its frame; else it
@@ -707,10 +818,11 @@ static int l_trap_busy(lua_State *L)
   return 1;
 }
 
-/* _private.luasafe_arm(fd, resume, wrapped [, "l"|"f" [, trap]]) -> slot |
- * nil, reason: resume is coroutine.resume, wrapped a coroutine.wrap
+/* _private.luasafe_arm(fd, resume, wrapped [, "l"|"f" [, trap]]) -> slot,
+ * mode | nil, reason: resume is coroutine.resume, wrapped a coroutine.wrap
  * function (their identities let the capture find who resumed a
- * coroutine); the profiler's mode applies when this arm starts it.  trap:
+ * coroutine); the profiler's mode applies when this arm starts it (mode:
+ * the one it runs in).  trap:
  * the event was opened with sigtrap and this sig_data (not 0), and signals
  * its samples itself (SIGTRAP, no wakeup); else its fd is made to signal
  * (F_SETSIG, which needs a wakeup per sample) */
@@ -729,6 +841,7 @@ static int l_arm(lua_State *L)
     struct sigaction old;
     struct itimerval it, zero;
     const char *why;
+    int mode_f;
     if (getitimer(ITIMER_PROF, &it) == 0 && (it.it_value.tv_sec || it.it_value.tv_usec))
       return ls_push_fail(L, "LuaJIT's profiler is in use (ITIMER_PROF armed: jit.profile or -jp)");
     if (sigaction(SIGPROF, NULL, &old) == 0 && (old.sa_flags & SA_SIGINFO ? old.sa_sigaction != NULL
@@ -738,10 +851,14 @@ static int l_arm(lua_State *L)
     ls_root = (uint64_t)(uintptr_t)L;
     ls_resume_fn = lua_isfunction(L, 2) ? (uint64_t)(uintptr_t)lua_topointer(L, 2) : 0;
     ls_wrap_ffid = lua_isfunction(L, 3) ? LD8((uint64_t)(uintptr_t)lua_topointer(L, 3) + LS_FN_FFID) : -1;
-    /* "l": a trace exits at its next line change, so a compiled loop's
-     * samples name the body's lines (as -jp=l); "f" (function changes
-     * only) for measuring */
-    luaJIT_profile_start(L, lua_isstring(L, 4) && lua_tostring(L, 4)[0] == 'f' ? "f" : "l", ls_capture, &ls_token);
+    /* "f": a trace checks the hook at function changes only, and a
+     * compiled sample's line is its snapshot's (ls_trace_pc), once the
+     * self-test found J->trace; "l": a trace exits at its next line change,
+     * and the capture names that line (as -jp=l does) */
+    mode_f = lua_isstring(L, 4) && lua_tostring(L, 4)[0] == 'f';
+    ls_mode = mode_f ? 'f' : 'l';
+    luaJIT_profile_start(L, mode_f ? "f" : "l", ls_capture, &ls_token);
+    ls_jtrace = mode_f && ls_jok ? ls_jcand : 0;
     memset(&zero, 0, sizeof zero);
     setitimer(ITIMER_PROF, &zero, NULL);     /* its timer never fires */
     if (sigaction(SIGPROF, NULL, &old) < 0 || (old.sa_flags & SA_SIGINFO)
@@ -783,7 +900,8 @@ static int l_arm(lua_State *L)
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   ls_p[slot].on = 1;
   lua_pushinteger(L, slot + 1);
-  return 1;
+  lua_pushlstring(L, &ls_mode, 1);
+  return 2;
 }
 
 static int ls_any_on(void)
@@ -1015,6 +1133,92 @@ static int l_forget(lua_State *L)
   lua_pushboolean(L, ok);
   return 1;
 }
+/* &J->trace: a word among the first 64 KiB after G that points to an
+ * array whose slot t holds a trace (gct 9) of machine code mc, size sz,
+ * with sizetrace > t 12 bytes after it; 0 unless exactly one */
+static uint64_t ls_find_traces(uint32_t t, uint64_t mc, uint32_t sz)
+{
+  uint64_t w[512], found = 0, at;
+  int nfound = 0;
+  /* chunks overlap by a word: a field pair across two is seen whole */
+  for (at = ls_g; at < ls_g + 65536 && ls_peek(at, w, sizeof w); at += sizeof w - 8) {
+    int k;
+    for (k = 0; k + 1 < 512; k++) {
+      uint64_t tr, m;
+      uint32_t size = (uint32_t)(w[k + 1] >> 32), msz;
+      uint8_t gct;
+      if (w[k] < 0x10000 || (w[k] & 7) || size <= t || size > (1u << 20)) continue;
+      if (!ls_peek(w[k] + 8 * (uint64_t)t, &tr, 8) || tr < 0x10000 || (tr & 7)) continue;
+      if (!ls_peek(tr + LS_FN_GCT, &gct, 1) || gct != LS_GCT_TRACE) continue;
+      if (!ls_peek(tr + LS_T_MCODE, &m, 8) || m != mc || !ls_peek(tr + LS_T_SZMCODE, &msz, 4) || msz != sz) continue;
+      found = at + 8 * (uint64_t)k;
+      nfound++;
+    }
+  }
+  return nfound == 1 ? found : 0;
+}
+
+
+/* _private.luasafe_lines(fn, t, mcaddr, mcsize) -> lines, snaps | nil,
+ * reason: the self-test of compiled lines.  lines[pos + 1] is the line of
+ * Lua function fn's bytecode pos as ls_pc_line reads it; trace t (its
+ * machine code at mcaddr, mcsize bytes, from jit.util.tracemc) locates
+ * J->trace, and snaps[i + 1] is {ref, line in fn or -1} of its snapshot i
+ * as ls_trace_pc reads them.  luasafe_lines_use(true) then puts J->trace
+ * to use */
+static int l_lines(lua_State *L)
+{
+  uint64_t fn, bc, arr, tr, snap, map;
+  uint32_t t = (uint32_t)pe_check_int(L, 2, "trace", 1, 0xffff), i, size, ns;
+  uint64_t mc = (uint64_t)luaL_checknumber(L, 3);
+  uint32_t sz = (uint32_t)pe_check_int(L, 4, "mcsize", 1, 0x7fffffff);
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  if (!ls_vmstate) {
+    const char *why = ls_find_g(L);
+    if (why) return ls_push_fail(L, why);
+    ls_root = (uint64_t)(uintptr_t)L;
+  }
+  fn = (uint64_t)(uintptr_t)lua_topointer(L, 1);
+  if (LD8(fn + LS_FN_FFID) != 0) return ls_push_fail(L, "not a Lua function");
+  if (!(ls_jcand = ls_find_traces(t, mc, sz))) return ls_push_fail(L, "J->trace not found");
+  bc = LD64(fn + LS_FNL_PC);
+  if (bc < 0x10000 || (bc & 3)) return ls_push_fail(L, "no bytecode");
+  size = (uint32_t)LD32(bc - LS_PT_SIZE + LS_PT_SIZEBC);
+  if (size > (1u << 20)) return ls_push_fail(L, "GCproto.sizebc out of range");
+  lua_createtable(L, (int)size, 0);
+  for (i = 0; i < size; i++) {
+    lua_pushinteger(L, ls_pc_line(fn, bc + 4 * (uint64_t)i));
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  arr = LD64(ls_jcand);
+  tr = LD64(arr + 8 * (uint64_t)t);
+  snap = LD64(tr + LS_T_SNAP);
+  map = LD64(tr + LS_T_SNAPMAP);
+  ns = LD16(tr + LS_T_NSNAP);
+  lua_createtable(L, (int)ns, 0);
+  for (i = 0; i < ns; i++) {
+    uint64_t s = snap + LS_SNAP_SIZE * (uint64_t)i, w;
+    memcpy(&w, (const void *)(uintptr_t)(map + 4 * ((uint64_t)(uint32_t)LD32(s) + LD8(s + 10))), sizeof w);
+    lua_createtable(L, 2, 0);
+    lua_pushinteger(L, (lua_Integer)LD16(s + 4) - 0x8000);
+    lua_rawseti(L, -2, 1);
+    lua_pushinteger(L, ls_pc_line(fn, w >> 8));
+    lua_rawseti(L, -2, 2);
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  return 2;
+}
+
+/* _private.luasafe_lines_use(ok): the self-test of luasafe_lines passed
+ * (or not): an arm that starts LuaJIT's profiler in mode "f" takes a
+ * compiled sample's line from its snapshot.  Returns whether J->trace is
+ * known */
+static int l_lines_use(lua_State *L)
+{
+  ls_jok = lua_toboolean(L, 1) && ls_jcand;
+  lua_pushboolean(L, ls_jok);
+  return 1;
+}
 #else
 static int l_needs(lua_State *L)
 {
@@ -1030,6 +1234,8 @@ static int l_needs(lua_State *L)
 #define l_stats l_needs
 #define l_pending l_needs
 #define l_trap_busy l_needs
+#define l_lines l_needs
+#define l_lines_use l_needs
 #endif
 
 /* the functions go to core._private (profile/safepoint.lua's, not API) */
@@ -1038,7 +1244,8 @@ void pe_open_luasafe(lua_State *L)
   static const luaL_Reg fns[] = {
     {"luasafe_arm", l_arm}, {"luasafe_disarm", l_disarm}, {"luasafe_take", l_take},
     {"luasafe_here", l_here}, {"luasafe_forget", l_forget}, {"luasafe_stats", l_stats},
-    {"luasafe_pending", l_pending}, {"luasafe_trap_busy", l_trap_busy}, {NULL, NULL}
+    {"luasafe_pending", l_pending}, {"luasafe_trap_busy", l_trap_busy}, {"luasafe_lines", l_lines},
+    {"luasafe_lines_use", l_lines_use}, {NULL, NULL}
   };
   pe_push_private(L, lua_gettop(L));
   pe_setfuncs(L, fns);

@@ -92,6 +92,7 @@ describe("pe.profile.start's options", function()
       assert.are.equal(("%soption '%s' must be a %s, got %s"):format(P, c[1], c[3], c[4]), raises({ [c[1]] = c[2] }))
     end
     assert.are.equal(P .. [[option 'hook' must be "signal" or "count", got often]], raises({ hook = "often" }))
+    assert.are.equal(P .. [[option 'lj_mode' must be "l" or "f", got i]], raises({ lj_mode = "i" }))
   end)
 
   it("an unknown option raises, with the close known name when there is one", function()

@@ -88,6 +88,17 @@ local function sp_lines(n)
   return a + b + c
 end
 
+-- a compiled loop with a costly line and a cheap one
+local msqrt, msin, mcos = math.sqrt, math.sin, math.cos
+local function sp_heavy(n)
+  local x, y = 1.5, 0
+  for i = 1, n do
+    x = msqrt(x * 1.0001 + i) + msin(x) * mcos(x) + msqrt(x + 3) + msqrt(x + 5)
+    y = y + 1
+  end
+  return x + y
+end
+
 local function line_of(name)
   local n = 0
   for l in io.lines(CHUNK) do
@@ -368,6 +379,55 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     if os.getenv("PE_PROF_REPORT") then io.stderr:write("lines: ", why, "\n") end
     assert.is_true(js >= 300 and os_ >= 600, why)
     for _, l in ipairs(lines) do assert.is_true(math.abs(jn[l] - on[l]) <= 5, why) end
+  end)
+
+  it("lj_mode \"f\": a compiled loop's samples get their trace snapshot's line, as li1 gives a costly line", function()
+    local st = require("perf_event.profile.safepoint").selftest()
+    assert.is_true(st.lines, tostring(st.lines_reason))
+    local profile = require("jit.profile")
+    local first = line_of("sp_heavy")
+    local lines = { first + 3, first + 4, first + 6 }   -- the costly line, the cheap one, the return
+    local jp, ours = {}, {}
+    for _ = 1, 3 do
+      profile.start("li1", function(th, samples)
+        local l = tonumber(profile.dumpstack(th, "l", 1):match(":(%d+)$"))
+        if l then jp[l] = (jp[l] or 0) + samples end
+      end)
+      local t0 = clock()
+      while clock() - t0 < 0.3 do sp_heavy(100000) end
+      profile.stop()
+      local p = assert(pe.profile.start({ freq = 999, lj_mode = "f" }))
+      assert.equal("f", p.lj_mode)
+      t0 = clock()
+      while clock() - t0 < 0.2 do sp_heavy(100000) end
+      p:stop()
+      for _, fr in ipairs(p.samples) do
+        -- the innermost Lua frame: a sample in sin or cos (libm, called by
+        -- the trace) has its C leaf under it, and its line from the return
+        -- address into the trace
+        local k = #fr
+        while k > 0 and not fr[k].lua do k = k - 1 end
+        local f = fr[k]
+        if f and f.lua.name == "sp_heavy" then ours[f.line] = (ours[f.line] or 0) + 1 end
+      end
+    end
+    -- the share of each line among all of sp_heavy's: without the
+    -- snapshots, mode "f" charges a loop's samples to the line where its
+    -- trace next checks the hook, after the loop
+    local function shares(t)
+      local s = 0
+      for _, n in pairs(t) do s = s + n end
+      local o = {}
+      for i, l in ipairs(lines) do o[i] = s > 0 and 100 * (t[l] or 0) / s or 0 end
+      return o, s
+    end
+    local jn, js = shares(jp)
+    local on, os_ = shares(ours)
+    local why = sformat("jit.profile li1 %d samples: %.1f/%.1f/%.1f%%; ours (f) %d: %.1f/%.1f/%.1f%%", js,
+                        jn[1], jn[2], jn[3], os_, on[1], on[2], on[3])
+    assert.is_true(js >= 150 and os_ >= 300, why)
+    assert.is_true(on[1] >= 90, why)
+    for i = 1, 3 do assert.is_true(math.abs(jn[i] - on[i]) <= 5, why) end
   end)
 
   it("two profiles at once both get the stacks", function()

@@ -70,10 +70,10 @@ local function jp_cb(th, samples)
   if #s > 0 then jp_samples = jp_samples + samples end
 end
 
-local function pe_mode(freq)
+local function pe_mode(freq, lj_mode)
   return {
     start = function()
-      local p, err = pe.profile.start({ freq = freq })
+      local p, err = pe.profile.start({ freq = freq, lj_mode = lj_mode })
       if not p then error("pe.profile.start: " .. tostring(err)) end
       return p
     end,
@@ -92,6 +92,9 @@ local MODES = {
   -- (for callgrind, --once only: armed at 1 Hz, so no sample in the run;
   -- what LuaJIT's line checks in the traces cost the work itself)
   pe1 = pe_mode(1),
+  -- the same with lj_mode "f" (LuaJIT: checks at function changes only)
+  pe1f = pe_mode(1, jit and "f"),
+  pe99f = pe_mode(99, jit and "f"),
 }
 local ORDER = jp and { "none", "jitprof", "pe999", "pe99" } or { "none", "pe999", "pe99" }
 local LABEL = { none = "no profile", jitprof = "jit.profile i1 + dumpstack",
@@ -163,7 +166,7 @@ if arg[1] == "--once" then
   -- one run of one mode: for `valgrind --tool=callgrind`, whose instruction
   -- counts of two such runs give the profile's cost without timer noise
   local k = arg[2] or "none"
-  if not MODES[k] then error("unknown mode " .. k .. " (none, jitprof, pe999, pe99, pe1)") end
+  if not MODES[k] then error("unknown mode " .. k .. " (none, jitprof, pe999, pe99, pe1, pe1f, pe99f)") end
   local n = tonumber(arg[3] or "0") or 0
   if n <= 0 then n = calibrate(0.2) end
   local warm = pe.profile.start({ freq = 99 })   -- the self-tests, outside the run

@@ -4,10 +4,11 @@
 -- with a Lua comparator, a pcall/error loop, an allocating loop and a
 -- plain compiled loop, under a few frames) runs once per round under each
 -- configuration, in the same process and in a rotating order: no profile;
--- jit.profile("li1") with a dumpstack per sample (what -jp does); pe.profile
--- at 999 Hz, 99 Hz and 9999 Hz (safe point, mode "l"; the last one's time
--- over its samples gives a cost per sample above the noise); at 999 Hz
--- with mode "f"; the signal walk and no stacks at all at 9999 Hz;
+-- jit.profile("li1") with a dumpstack per sample (what -jp does), and at
+-- 100 Hz with lines ("li10") and functions ("fi10"); pe.profile at 999 Hz,
+-- 99 Hz and 9999 Hz (safe point, mode "l"; the last one's time over its
+-- samples gives a cost per sample above the noise); at 999 Hz and 99 Hz
+-- with lj_mode "f"; the signal walk and no stacks at all at 9999 Hz;
 -- at 999 Hz with the signal-time walk. It prints each one's median and
 -- minimum CPU time (os.clock) against no profile, the capture's own time
 -- per sample, and pe.profile's start time and Lua heap growth (median
@@ -70,8 +71,19 @@ local configs = {
       end)
       return function() jprofile.stop() end
     end },
+  -- LuaJIT's own profiler at ~100 Hz, with lines and with functions only:
+  -- what its line checks cost at a low rate
+  { "jit.profile li10 + dumpstack", function()
+      jprofile.start("li10", function(th) jprofile.dumpstack(th, "pl;", -100) end)
+      return function() jprofile.stop() end
+    end },
+  { "jit.profile fi10 + dumpstack", function()
+      jprofile.start("fi10", function(th) jprofile.dumpstack(th, "pl;", -100) end)
+      return function() jprofile.stop() end
+    end },
   { "pe 999 Hz", pe_cfg({ freq = 999, name = "pe 999 Hz" }) },
   { "pe 99 Hz", pe_cfg({ freq = 99, name = "pe 99 Hz" }) },
+  { "pe 99 Hz mode f", pe_cfg({ freq = 99, lj_mode = "f", name = "pe 99 Hz mode f" }) },
   -- the fd's signal (a wakeup per sample) instead of sigtrap's SIGTRAP
   { "pe 999 Hz F_SETSIG", pe_cfg({ freq = 999, sigtrap = false, name = "pe 999 Hz F_SETSIG" }) },
   -- 10x the samples: the cost per sample shows above the noise

@@ -197,7 +197,7 @@ local function start_safepoint(p, pe, opts)
   p.ev, p.sigtrap = ev, trap ~= nil
   p.helpers = { proto_info = naming.proto_info, builtins = M.builtins, frame_name = naming.frame_name,
                 addr_of = raw.addr_of }
-  local ok, why = safepoint.arm(p, opts.lj_mode, trap)   -- lj_mode "f": bench/profile/safepoint.lua only
+  local ok, why = safepoint.arm(p, opts.lj_mode, trap)
   if not ok then ev:close() p.ev = nil return false, why end
   p.mode, p.walk, p.stacks, p.selftest = "safepoint", "safepoint", true, st
   p.running = true
@@ -234,9 +234,12 @@ end
 --   `hook_leaf` (false: on 5.4, no function popped since the signal is added back
 --   as the leaf);
 --   on LuaJIT's safe point `sigtrap` (false: each sample signalled by the
---   fd's F_SETSIG after a wakeup, not by the kernel's SIGTRAP);
---   LuaJIT takes the hook options and does not use them, as PUC Lua does `stack`
---   and `sigtrap`
+--   fd's F_SETSIG after a wakeup, not by the kernel's SIGTRAP) and `lj_mode`
+--   ("l", the default: traces check the hook at each line change; "f": at
+--   function changes only, a compiled sample's line read from its trace's
+--   snapshot; the first armed profile's mode holds, `p.lj_mode`);
+--   LuaJIT takes the hook options and does not use them, as PUC Lua does `stack`,
+--   `sigtrap` and `lj_mode`
 -- @treturn[1] table the profile
 -- @treturn[2] nil
 -- @treturn[2] string why the event could not be opened

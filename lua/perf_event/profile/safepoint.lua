@@ -130,6 +130,56 @@ local function st_co(wrap)
   return co_g, want
 end
 
+-- compiled lines: a loop of two lines, whose trace's snapshots the
+-- capture reads (csrc/luasafe.c, ls_trace_pc)
+local function st_lines_loop(n)
+  local a = 0
+  for i = 1, n do
+    a = (a + i % 7) * 3
+    a = a % 1000003
+  end
+  return a
+end
+
+-- the self-test of compiled lines: luasafe_lines' reading of a function's
+-- lines against jit.util.funcinfo at each bytecode, and of its loop's
+-- trace's snapshots against jit.util.tracesnap (each snapshot's line in
+-- the function). nil, or why not
+local function lines_selftest(LP)
+  local okj, util = pcall(require, "jit.util")
+  if not okj or not jit.status() then return "the JIT is off" end
+  local tr
+  local function on_trace(what, t, fn) if what == "stop" and fn == st_lines_loop then tr = t end end
+  jit.attach(on_trace, "trace")
+  local ok, err = pcall(st_lines_loop, 2000)
+  jit.attach(on_trace)
+  if not ok then return "compiled lines: " .. tostring(err) end
+  if not tr then return "compiled lines: the self-test's loop was not compiled" end
+  local mc, addr = util.tracemc(tr)
+  if not addr then return "compiled lines: no machine code" end
+  local lines, snaps = LP.luasafe_lines(st_lines_loop, tr, addr, #mc)
+  if not lines then return "compiled lines: " .. tostring(snaps) end
+  local fi = util.funcinfo(st_lines_loop)
+  for pos = 0, fi.bytecodes - 1 do
+    local want = util.funcinfo(st_lines_loop, pos).currentline
+    if lines[pos + 1] ~= want then
+      return format("compiled lines: bytecode %d is line %s, jit.util.funcinfo says %s", pos,
+                    tostring(lines[pos + 1]), tostring(want))
+    end
+  end
+  if #snaps == 0 then return "compiled lines: no snapshot" end
+  for i, sn in ipairs(snaps) do
+    local want = util.tracesnap(tr, i - 1)
+    if not want or want[0] ~= sn[1] then
+      return format("compiled lines: snapshot %d has ref %d, jit.util.tracesnap says %s", i - 1, sn[1],
+                    tostring(want and want[0]))
+    end
+    if sn[2] < fi.linedefined or sn[2] > fi.lastlinedefined then
+      return format("compiled lines: snapshot %d is at line %d, outside the loop's function", i - 1, sn[2])
+    end
+  end
+end
+
 local selftest_result
 
 --- The self-test at the first start: the capture's walk against
@@ -167,7 +217,11 @@ function M.selftest()
     checked = checked + #w
   end
   LP.luasafe_forget()
-  selftest_result = selftest_result or { ok = true, checked = checked }
+  if not selftest_result then
+    local why = lines_selftest(LP)
+    LP.luasafe_lines_use(not why)
+    selftest_result = { ok = true, checked = checked, lines = not why, lines_reason = why }
+  end
   return selftest_result
 end
 
@@ -180,8 +234,9 @@ function M.arm(p, lj_mode, trap)
   local st = M.selftest()
   if not st.ok then return nil, st.reason end
   local LP = core_private()
-  local slot, err = LP.luasafe_arm(p.ev:fd(), coroutine.resume, here_args[2], lj_mode or "l", trap)
-  if not slot then return nil, err end
+  local slot, got = LP.luasafe_arm(p.ev:fd(), coroutine.resume, here_args[2], lj_mode or "l", trap)
+  if not slot then return nil, got end
+  p.lj_mode = got   -- the mode LuaJIT's profiler runs in: the first armed profile's
   p.safe = { slot = slot, nstacks = 0, nchunks = 0, stacks = {}, chunks = {}, frames = {}, ipc = {}, nipc = 0,
              ranges = {}, rcache = {}, nrcache = 0, byk = {}, nkeys = 0, nresolved = 0 }
   return true
