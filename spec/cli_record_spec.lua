@@ -37,14 +37,17 @@ end
 describe("luaperf record, bursts of tracepoint hits at -c 1", function()
   for _, n in ipairs({ 50000, 100000 }) do
     for _, form in ipairs({ "folded", "data" }) do
-      it(("writes at least what perf does of %d getppid(2) calls, any shortfall counted (%s)"):format(n, form),
+      it(("writes at least what perf does of %d getppid(2) calls, any shortfall counted (%s) #quiet"):format(n, form),
          function()
         if not have_tracefs then pending("tracefs is not readable by this user (tracepoints need root here)") return end
         local file = tmp .. "/x." .. form
         -- perf and luaperf run one after the other on a shared 2-core VM:
         -- a ring fills in ~7 ms when luaperf is not scheduled.  Each try
         -- must account for every call exactly; up to 3 tries to write at
-        -- least what perf wrote in the same try
+        -- least what perf wrote in the same try.  #quiet: beside the other
+        -- lane of tools/runtests both tools lost samples in 4 of 9 tries
+        -- (two CPU hogs: a race of wakeups, which either could lose
+        -- three times in a row), so it runs after the lanes, alone
         for try = 1, 3 do
           local out, rc = run(("record -e syscalls:sys_enter_getppid -c 1 -o %s -- build/test/petarget getppid %d")
                               :format(file, n))
@@ -71,13 +74,9 @@ describe("luaperf record, bursts of tracepoint hits at -c 1", function()
           -- lost records may hold one task record too: EXIT)
           assert.truthy(written <= n, out)
           assert.truthy(written + lost >= n and written + lost <= n + 2, out)
-          if have_perf and os.getenv("PE_SUITE") ~= "asan" then
+          if have_perf then
             -- perf 6.1 writes a sample or two twice at times (50,002 for
-            -- 50,000 calls): at least what it writes, n at most.  Not in
-            -- the asan suite: its instrumented core drains 100,000 samples
-            -- slower than perf, and lost 8 % of them in each of three tries
-            -- once (all counted): a race of speed, which the optimized
-            -- build runs in the other suites
+            -- 50,000 calls): at least what it writes, n at most
             local p = perf_burst(n)
             if written >= math.min(p, n) then break end
             assert.truthy(try < 3, ("luaperf wrote %d, perf %d (try %d): %s"):format(written, p, try, out))
@@ -216,7 +215,8 @@ end
 describe("luaperf record --call-graph dwarf", function()
   local cmd = "build/test/petarget spin 300000000"
 
-  it("loses no sample where perf loses none, and samples the child's CPU time at perf's rate (folded)", function()
+  it("loses no sample where perf loses none, and samples the child's CPU time at perf's rate (folded) #quiet",
+     function()
     if not have_perf then pending("needs perf (linux-perf)") return end
     -- a loss needs luaperf kept off the CPU for a ring's worth of samples
     -- (2 MiB: ~250 ms of 8 KiB stacks at 999 Hz), which a loaded machine or

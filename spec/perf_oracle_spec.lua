@@ -249,7 +249,7 @@ local FIXTURE_STRINGS = {
 }
 
 local can_unshare = have_perf and
-  sh("unshare -m true && echo yes"):match("yes") ~= nil
+  sh("unshare -m true 2>/dev/null && echo yes"):match("yes") ~= nil
 
 -- runs perf stat -vv for every string inside one private mount namespace
 local function perf_on_fixture(tree, strings)

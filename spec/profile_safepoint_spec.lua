@@ -584,8 +584,9 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
       "ffi.C.raise(5)",
       "os.exit(7)" }, " ")
     for _, case in ipairs({ { "dfl", 133 }, { "ign", 7 } }) do
-      local out, rc = U.run("ulimit -c 0; PE_TRAP=" .. case[1] .. " " .. U.lua_cmd() .. " -e \"" .. code
-                            .. "\" 2>&1")
+      -- (in a subshell that waits: its "Trace/breakpoint trap" goes to out)
+      local out, rc = U.run("(ulimit -c 0; PE_TRAP=" .. case[1] .. " " .. U.lua_cmd() .. " -e \"" .. code
+                            .. "\"; exit $?) 2>&1")
       assert.equal(case[2], rc, case[1] .. ": " .. out)
     end
   end)
