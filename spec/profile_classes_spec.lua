@@ -393,7 +393,8 @@ local function measure(fns, interp)
   if p then p.stop(p) end
   if interp then jit.on() end
   if not ok then error(err, 0) end
-  local m = { total = 0, nolua = 0, hits = {}, others = {}, span = span, mode = p.mode, lost = p.lost }
+  local m = { total = 0, nolua = 0, hits = {}, others = {}, span = span, mode = p.mode, lost = p.lost,
+              lj_mode = p.lj_mode }
   for _, e in ipairs(fns) do m.hits[e] = 0 end
   for _, st in ipairs(p:aggregate()) do
     m.total = m.total + st.count
@@ -432,9 +433,10 @@ local function judge(label, fns, interp)
     if abs(got - want) > worst then worst, worst_name = abs(got - want), e.name end
   end
   local nolua = pct(m.nolua, m.total)
-  local msg = format("[%s] %s (mode %s): %s; no Lua frame %.1f%% (%d of %d samples, %.3f s, lost %s); "
-                     .. "hottest stacks outside them: %s",
-                     SUITE, label, tostring(m.mode), concat(parts, "; "), nolua, m.nolua, m.total,
+  local msg = format("[%s] %s (mode %s, lj_mode %s): %s; no Lua frame %.1f%% (%d of %d samples, "
+                     .. "%.3f s, lost %s); hottest stacks outside them: %s",
+                     SUITE, label, tostring(m.mode), tostring(m.lj_mode),
+                     concat(parts, "; "), nolua, m.nolua, m.total,
                      m.span, tostring(m.lost), #m.others > 0 and concat(m.others, " | ") or "none")
   if REPORT then
     io.stderr:write(format("%s %s worst=%.1f(%s) nolua=%.1f | %s\n",
