@@ -265,6 +265,14 @@ static ls_prof *ls_find(int fd, uint64_t trap)
   return NULL;
 }
 
+/* the bytecode PC of snapshot s (its address) of trace tr */
+static uint64_t ls_snap_pc(uint64_t tr, uint64_t s)
+{
+  uint64_t map = LD64(tr + LS_T_SNAPMAP), w;
+  memcpy(&w, (const void *)(uintptr_t)(map + 4 * ((uint64_t)(uint32_t)LD32(s) + LD8(s + 10))), sizeof w);
+  return w >> 8;
+}
+
 /* the bytecode PC of the snapshot of trace t whose machine code holds
  * ip (lj_trace_unwind's search: the last snapshot starting at or before
  * it), or, ip being in a helper the trace called, the return address
@@ -272,7 +280,7 @@ static ls_prof *ls_find(int fd, uint64_t trap)
  * trace runs, so it and the trace array are as the compiler left them */
 static uint64_t ls_trace_pc(int32_t t, uint64_t ip, uint64_t sp)
 {
-  uint64_t arr, tr, mc, snap, map, w;
+  uint64_t arr, tr, mc, snap;
   uint32_t sz, ofs, lo, hi;
   int k;
   if (!ls_jtrace || t <= 0) return 0;
@@ -295,10 +303,7 @@ static uint64_t ls_trace_pc(int32_t t, uint64_t ip, uint64_t sp)
     if (ofs < LD16(snap + LS_SNAP_SIZE * (uint64_t)mid + 6)) hi = mid; else lo = mid + 1;
   }
   if (lo == 0) return 0;
-  snap += LS_SNAP_SIZE * (uint64_t)(lo - 1);
-  map = LD64(tr + LS_T_SNAPMAP);
-  memcpy(&w, (const void *)(uintptr_t)(map + 4 * ((uint64_t)(uint32_t)LD32(snap) + LD8(snap + 10))), sizeof w);
-  return w >> 8;
+  return ls_snap_pc(tr, snap + LS_SNAP_SIZE * (uint64_t)(lo - 1));
 }
 
 static void ls_record(ls_prof *p, const ucontext_t *uc, uint64_t now)
@@ -1168,7 +1173,7 @@ static uint64_t ls_find_traces(uint32_t t, uint64_t mc, uint32_t sz)
  * to use */
 static int l_lines(lua_State *L)
 {
-  uint64_t fn, bc, arr, tr, snap, map;
+  uint64_t fn, bc, arr, tr, snap;
   uint32_t t = (uint32_t)pe_check_int(L, 2, "trace", 1, 0xffff), i, size, ns;
   uint64_t mc = (uint64_t)luaL_checknumber(L, 3);
   uint32_t sz = (uint32_t)pe_check_int(L, 4, "mcsize", 1, 0x7fffffff);
@@ -1193,16 +1198,14 @@ static int l_lines(lua_State *L)
   arr = LD64(ls_jcand);
   tr = LD64(arr + 8 * (uint64_t)t);
   snap = LD64(tr + LS_T_SNAP);
-  map = LD64(tr + LS_T_SNAPMAP);
   ns = LD16(tr + LS_T_NSNAP);
   lua_createtable(L, (int)ns, 0);
   for (i = 0; i < ns; i++) {
-    uint64_t s = snap + LS_SNAP_SIZE * (uint64_t)i, w;
-    memcpy(&w, (const void *)(uintptr_t)(map + 4 * ((uint64_t)(uint32_t)LD32(s) + LD8(s + 10))), sizeof w);
+    uint64_t s = snap + LS_SNAP_SIZE * (uint64_t)i;
     lua_createtable(L, 2, 0);
     lua_pushinteger(L, (lua_Integer)LD16(s + 4) - 0x8000);
     lua_rawseti(L, -2, 1);
-    lua_pushinteger(L, ls_pc_line(fn, w >> 8));
+    lua_pushinteger(L, ls_pc_line(fn, ls_snap_pc(tr, s)));
     lua_rawseti(L, -2, 2);
     lua_rawseti(L, -2, (int)i + 1);
   }
