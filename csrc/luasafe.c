@@ -896,8 +896,7 @@ static int l_arm(lua_State *L)
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = ls_handler;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    ls_mask();
-    sa.sa_mask = ls_blocked;
+    sa.sa_mask = ls_blocked;     /* (ls_mask ran when LuaJIT's profiler was started, above or earlier) */
     if (sigaction(SIGTRAP, &sa, &ls_trap_old) < 0) return pe_push_syserror(L, "luasafe_arm", "sigaction", errno, NULL);
     ls_trap_installed = 1;
   }
@@ -1076,18 +1075,26 @@ static int l_take(lua_State *L)
   return 5;
 }
 
+/* the global_State words found once (no profile armed yet: L's thread
+ * stands for the root); NULL, or why not */
+static const char *ls_known_g(lua_State *L)
+{
+  const char *why;
+  if (ls_vmstate) return NULL;
+  if ((why = ls_find_g(L)) != NULL) return why;
+  ls_root = (uint64_t)(uintptr_t)L;
+  return NULL;
+}
+
 /* _private.luasafe_here([resume, wrapped]) -> words, chunks: the stack of
  * the calling thread as a capture takes it (the self-test), chunks id ->
  * name for all ids */
 static int l_here(lua_State *L)
 {
+  const char *why;
   uint32_t flags, i;
   int n;
-  if (!ls_vmstate) {
-    const char *why = ls_find_g(L);
-    if (why) return ls_push_fail(L, why);
-    ls_root = (uint64_t)(uintptr_t)L;
-  }
+  if ((why = ls_known_g(L)) != NULL) return ls_push_fail(L, why);
   if (lua_isfunction(L, 1)) ls_resume_fn = (uint64_t)(uintptr_t)lua_topointer(L, 1);
   if (lua_isfunction(L, 2)) ls_wrap_ffid = LD8((uint64_t)(uintptr_t)lua_topointer(L, 2) + LS_FN_FFID);
   n = ls_stack_of(L, &flags);
@@ -1177,12 +1184,9 @@ static int l_lines(lua_State *L)
   uint32_t t = (uint32_t)pe_check_int(L, 2, "trace", 1, 0xffff), i, size, ns;
   uint64_t mc = (uint64_t)luaL_checknumber(L, 3);
   uint32_t sz = (uint32_t)pe_check_int(L, 4, "mcsize", 1, 0x7fffffff);
+  const char *why;
   luaL_checktype(L, 1, LUA_TFUNCTION);
-  if (!ls_vmstate) {
-    const char *why = ls_find_g(L);
-    if (why) return ls_push_fail(L, why);
-    ls_root = (uint64_t)(uintptr_t)L;
-  }
+  if ((why = ls_known_g(L)) != NULL) return ls_push_fail(L, why);
   fn = (uint64_t)(uintptr_t)lua_topointer(L, 1);
   if (LD8(fn + LS_FN_FFID) != 0) return ls_push_fail(L, "not a Lua function");
   if (!(ls_jcand = ls_find_traces(t, mc, sz))) return ls_push_fail(L, "J->trace not found");

@@ -107,6 +107,37 @@ local function line_of(name)
   end
 end
 
+-- line counts of fn's samples, in alternating rounds (so that the machine's
+-- load hits both alike): jit.profile "li1" (the line of the leaf frame, at
+-- its safe point) for jp_secs, then pe.profile with opts for pe_secs; ours
+-- by the innermost Lua frame named `name` (a sample in a C function the
+-- trace called has its C leaf under it).  Returns jp, ours: line -> count
+local function line_rounds(fn, name, rounds, jp_secs, pe_secs, opts, check)
+  local profile = require("jit.profile")
+  local jp, ours = {}, {}
+  for _ = 1, rounds do
+    profile.start("li1", function(th, samples)
+      local l = tonumber(profile.dumpstack(th, "l", 1):match(":(%d+)$"))
+      if l then jp[l] = (jp[l] or 0) + samples end
+    end)
+    local t0 = clock()
+    while clock() - t0 < jp_secs do fn(100000) end
+    profile.stop()
+    local p = assert(pe.profile.start(opts))
+    if check then check(p) end
+    t0 = clock()
+    while clock() - t0 < pe_secs do fn(100000) end
+    p:stop()
+    for _, fr in ipairs(p.samples) do
+      local k = #fr
+      while k > 0 and not fr[k].lua do k = k - 1 end
+      local f = fr[k]
+      if f and f.lua.name == name then ours[f.line] = (ours[f.line] or 0) + 1 end
+    end
+  end
+  return jp, ours
+end
+
 local function has(frames, name)
   for _, f in ipairs(frames) do
     if f.lua and f.lua.name == name and f.lua.chunk == CHUNK then return true end
@@ -338,7 +369,6 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
   end)
 
   it("a compiled loop's line shares match jit.profile's (mode li1) within 5 points", function()
-    local profile = require("jit.profile")
     local first = line_of("sp_lines")
     local lines = { first + 3, first + 4, first + 5 }
     local function norm(t)
@@ -348,30 +378,11 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
       for _, l in ipairs(lines) do o[l] = s > 0 and 100 * (t[l] or 0) / s or 0 end
       return o, s
     end
-    -- jit.profile, one sample per ms asked (ITIMER_PROF ticks with the
-    -- kernel's HZ: 4 ms here), the line of the leaf frame; then ours; in
-    -- alternating rounds, so that the machine's load hits both alike
-    local jp, ours = {}, {}
-    for _ = 1, 4 do
-      profile.start("li1", function(th, samples)
-        local l = tonumber(profile.dumpstack(th, "l", 1):match(":(%d+)$"))
-        if l then jp[l] = (jp[l] or 0) + samples end
-      end)
-      -- (jit.profile's ITIMER_PROF ticks about every 4 ms here: 1 s a round
-      -- gives it ~1000 samples in all, ~600 with 0.6 s, where two runs of the
-      -- same loop once came 5.8 points apart)
-      local t0 = clock()
-      while clock() - t0 < 1.0 do sp_lines(100000) end
-      profile.stop()
-      local p = assert(pe.profile.start({ freq = 999 }))
-      t0 = clock()
-      while clock() - t0 < 0.5 do sp_lines(100000) end
-      p:stop()
-      for _, fr in ipairs(p.samples) do
-        local f = fr[#fr]
-        if f.lua and f.lua.name == "sp_lines" then ours[f.line] = (ours[f.line] or 0) + 1 end
-      end
-    end
+    -- (jit.profile, one sample per ms asked: its ITIMER_PROF ticks with the
+    -- kernel's HZ, about every 4 ms here: 1 s a round gives it ~1000
+    -- samples in all, ~600 with 0.6 s, where two runs of the same loop
+    -- once came 5.8 points apart)
+    local jp, ours = line_rounds(sp_lines, "sp_lines", 4, 1.0, 0.5, { freq = 999 })
     local jn, js = norm(jp)
     local on, os_ = norm(ours)
     local why = sformat("jit.profile %d samples: %.1f/%.1f/%.1f%%; ours %d: %.1f/%.1f/%.1f%%", js,
@@ -384,33 +395,10 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
   it("lj_mode \"f\": a compiled loop's samples get their trace snapshot's line, as li1 gives a costly line", function()
     local st = require("perf_event.profile.safepoint").selftest()
     assert.is_true(st.lines, tostring(st.lines_reason))
-    local profile = require("jit.profile")
     local first = line_of("sp_heavy")
     local lines = { first + 3, first + 4, first + 6 }   -- the costly line, the cheap one, the return
-    local jp, ours = {}, {}
-    for _ = 1, 3 do
-      profile.start("li1", function(th, samples)
-        local l = tonumber(profile.dumpstack(th, "l", 1):match(":(%d+)$"))
-        if l then jp[l] = (jp[l] or 0) + samples end
-      end)
-      local t0 = clock()
-      while clock() - t0 < 0.3 do sp_heavy(100000) end
-      profile.stop()
-      local p = assert(pe.profile.start({ freq = 999, lj_mode = "f" }))
-      assert.equal("f", p.lj_mode)
-      t0 = clock()
-      while clock() - t0 < 0.2 do sp_heavy(100000) end
-      p:stop()
-      for _, fr in ipairs(p.samples) do
-        -- the innermost Lua frame: a sample in sin or cos (libm, called by
-        -- the trace) has its C leaf under it, and its line from the return
-        -- address into the trace
-        local k = #fr
-        while k > 0 and not fr[k].lua do k = k - 1 end
-        local f = fr[k]
-        if f and f.lua.name == "sp_heavy" then ours[f.line] = (ours[f.line] or 0) + 1 end
-      end
-    end
+    local jp, ours = line_rounds(sp_heavy, "sp_heavy", 3, 0.3, 0.2, { freq = 999, lj_mode = "f" },
+                                 function(p) assert.equal("f", p.lj_mode) end)
     -- the share of each line among all of sp_heavy's: without the
     -- snapshots, mode "f" charges a loop's samples to the line where its
     -- trace next checks the hook, after the loop
