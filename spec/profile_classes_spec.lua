@@ -367,6 +367,26 @@ end
 
 local function pct(a, b) return b > 0 and 100 * a / b or 0 end
 
+-- the live traces and how many of them hold a PROF instruction (LuaJIT's
+-- profiler check): for a failure's message, taken while the profile runs
+local function trace_census()
+  if not jit then return "n/a" end
+  local jutil, names = require("jit.util"), require("jit.vmdef").irnames
+  local prof = (names:find("PROF  ", 1, true) - 1) / 6
+  local n, with = 0, 0
+  for tr = 1, 65535 do
+    local info = jutil.traceinfo(tr)
+    if info then
+      n = n + 1
+      for ref = 1, info.nins do
+        local _, ot = jutil.traceir(tr, ref)
+        if ot and floor(ot / 256) == prof then with = with + 1 break end
+      end
+    end
+  end
+  return format("%d traces, %d with profiler checks", n, with)
+end
+
 -- runs the class's functions ({name=, f=, w=}) in rotation under a profile;
 -- returns the measurements
 local function measure(fns, interp)
@@ -390,11 +410,12 @@ local function measure(fns, interp)
     until clock() - t_begin >= BUDGET
     span = clock() - t_begin
   end)
+  local census = ok and trace_census()
   if p then p.stop(p) end
   if interp then jit.on() end
   if not ok then error(err, 0) end
   local m = { total = 0, nolua = 0, hits = {}, others = {}, span = span, mode = p.mode, lost = p.lost,
-              lj_mode = p.lj_mode }
+              lj_mode = p.lj_mode, census = census }
   for _, e in ipairs(fns) do m.hits[e] = 0 end
   for _, st in ipairs(p:aggregate()) do
     m.total = m.total + st.count
@@ -434,10 +455,10 @@ local function judge(label, fns, interp)
   end
   local nolua = pct(m.nolua, m.total)
   local msg = format("[%s] %s (mode %s, lj_mode %s): %s; no Lua frame %.1f%% (%d of %d samples, "
-                     .. "%.3f s, lost %s); hottest stacks outside them: %s",
+                     .. "%.3f s, lost %s; %s); hottest stacks outside them: %s",
                      SUITE, label, tostring(m.mode), tostring(m.lj_mode),
                      concat(parts, "; "), nolua, m.nolua, m.total,
-                     m.span, tostring(m.lost), #m.others > 0 and concat(m.others, " | ") or "none")
+                     m.span, tostring(m.lost), m.census, #m.others > 0 and concat(m.others, " | ") or "none")
   if REPORT then
     io.stderr:write(format("%s %s worst=%.1f(%s) nolua=%.1f | %s\n",
                            (worst <= TOL and nolua < NOLUA_MAX) and "PASS" or "FAIL",
