@@ -47,8 +47,13 @@ describe("luaperf record, bursts of tracepoint hits at -c 1", function()
         -- least what perf wrote in the same try.  #quiet: beside the other
         -- lane of tools/runtests both tools lost samples in 4 of 9 tries
         -- (two CPU hogs: a race of wakeups, which either could lose
-        -- three times in a row), so it runs after the lanes, alone
-        for try = 1, 3 do
+        -- three times in a row), so it runs after the lanes, alone.  A try
+        -- in which the hypervisor stole more than 20 ms of the VM's CPUs
+        -- (bursts of a third of them for a second here) is run again
+        -- without counting, at most 5 times
+        local try, stolen = 0, {}
+        while true do
+          local steal0 = U.steal_ms()
           local out, rc = run(("record -e syscalls:sys_enter_getppid -c 1 -o %s -- build/test/petarget getppid %d")
                               :format(file, n))
           assert.equal(0, rc, out)
@@ -79,7 +84,14 @@ describe("luaperf record, bursts of tracepoint hits at -c 1", function()
             -- 50,000 calls): at least what it writes, n at most
             local p = perf_burst(n)
             if written >= math.min(p, n) then break end
-            assert.truthy(try < 3, ("luaperf wrote %d, perf %d (try %d): %s"):format(written, p, try, out))
+            local steal = U.steal_ms() - steal0
+            if steal > 20 and #stolen < 5 then
+              stolen[#stolen + 1] = steal .. " ms"
+            else
+              try = try + 1
+              assert.truthy(try < 3, ("luaperf wrote %d, perf %d (try %d, steal %d ms; tries run again for "
+                .. "steal: %s): %s"):format(written, p, try, steal, table.concat(stolen, ", "), out))
+            end
           else
             break
           end
@@ -403,7 +415,11 @@ describe("luaperf, smaller points of issue 20 as perf 6.1 has them", function()
       for name in sh("perf list sw 2>/dev/null"):gmatch("\n  (%S+) +%[Tool event%]") do theirs[#theirs + 1] = name end
       assert.same(theirs, tools)
     end
-    -- the command's own CPU time (rusage) against task-clock of the same run
+    -- the command's own CPU time (rusage) against task-clock of the same run;
+    -- task-clock counts the time the hypervisor stole from the vCPU, rusage
+    -- does not (PARAVIRT_TIME_ACCOUNTING): the VM's steal meanwhile is allowed
+    -- (215 ms against 148 ms once, in a burst of steal)
+    local steal0 = U.steal_ms()
     out, rc = run("stat -x, -e '{task-clock,duration_time}',user_time,system_time -- "
                   .. "build/test/petarget spin 100000000")
     assert.equal(0, rc, out)
@@ -414,8 +430,10 @@ describe("luaperf, smaller points of issue 20 as perf 6.1 has them", function()
       if name then v[(name:gsub(":u$", ""))] = tonumber(val) end
     end
     assert.is_number(v["task-clock"], out)
+    local steal = U.steal_ms() - steal0
     local cpu_ms = ((v.user_time or 0) + (v.system_time or 0)) / 1e6
-    assert.truthy(math.abs(cpu_ms - v["task-clock"]) <= 0.2 * v["task-clock"] + 10, out)
+    assert.truthy(math.abs(cpu_ms - v["task-clock"]) <= 0.2 * v["task-clock"] + 10 + steal,
+                  out .. "(the VM's steal meanwhile: " .. steal .. " ms)")
     assert.truthy(v.duration_time / 1e6 >= v["task-clock"] * 0.9, out)
   end)
 
@@ -518,15 +536,15 @@ describe("luaperf record with several -e (issue 20)", function()
     local file = tmp .. "/x.data"
     checked_run(PP .. "," .. P .. " " .. cmd:format(file))   -- -e A,B: as -e A -e B
     assert.same({ [PP] = NPP, [P] = NP }, script_events(file))
-    -- perf 6.1 on the same program: the same counts (perf's own file once
-    -- had 2001 getpgrp samples of 2000 in a full run, luaperf's 2000 in the
-    -- same test; not reproduced in 12 runs by hand, cause not found: perf's
-    -- side is allowed one more, luaperf's counts above stay exact)
+    -- perf 6.1 on the same program: the same counts, or one or two more
+    -- (its own file had 2001 and once 2002 getpgrp samples of 2000 calls in
+    -- full runs: perf 6.1 writes a sample or two twice at times, as in the
+    -- bursts above, 50,002 of 50,000); luaperf's counts above stay exact
     local pfile = tmp .. "/p.data"
     sh(("perf record -q -e %s -e %s %s >/dev/null 2>&1"):format(PP, P, cmd:format(pfile)))
     local pc = script_events(pfile)
     for name, n in pairs({ [PP] = NPP, [P] = NP }) do
-      assert.is_true(pc[name] == n or pc[name] == n + 1, name .. ": perf wrote " .. tostring(pc[name]))
+      assert.is_true(pc[name] and pc[name] >= n and pc[name] <= n + 2, name .. ": perf wrote " .. tostring(pc[name]))
     end
     -- and perf report's per-event totals
     local stats = sh("perf report -i " .. file .. " --stats 2>/dev/null")

@@ -5,6 +5,7 @@
 -- hook is involved in the reference. While the thread runs Lua, fewer
 -- than 2 % of the samples may lack a Lua frame.
 local pe = require("perf_event")
+local U = require("support.util")
 
 local jit = rawget(_G, "jit")
 local clock = os.clock
@@ -160,10 +161,11 @@ end
 -- and the inclusive sample shares of the names, the profile
 local function measure(cases)
   local p = pe.profile.start({ freq = FREQ, pages = 2048 }) or assert(pe.profile.start({ freq = FREQ }))
-  local ok, err = pcall(function()
+  local ok, err, steal = pcall(function()
     assert.equal("hook", p.mode, tostring(p.reason))
     local t = {}
     for _, c in ipairs(cases) do t[c.name] = 0 end
+    local steal_end = U.steal_window()
     local t0 = clock()
     repeat
       for _, c in ipairs(cases) do
@@ -173,8 +175,9 @@ local function measure(cases)
       end
       p:drain()
     until clock() - t0 > SECONDS
+    local steal = steal_end()
     p:stop()
-    return t
+    return t, steal
   end)
   if not ok then p:stop() error(err, 0) end
   local t = err
@@ -206,25 +209,33 @@ local function measure(cases)
     want[c.name] = 100 * t[c.name] / total
     got[c.name] = n > 0 and 100 * hits[c.name] / n or 0
   end
-  return want, got, n, nolua, p, nolua_stacks
+  return want, got, n, nolua, p, nolua_stacks, steal
 end
 
 local function check(cases)
-  local want, got, n, nolua, p, nolua_stacks = measure(cases)
-  local lines = {}
-  for _, c in ipairs(cases) do
-    lines[#lines + 1] = format("%s %.1f%% of the samples, %.1f%% of os.clock", c.name, got[c.name], want[c.name])
+  local p
+  -- one window: ok, the message, the share of it stolen (U.judge_shares)
+  local function attempt()
+    local want, got, n, nolua, nolua_stacks, steal
+    want, got, n, nolua, p, nolua_stacks, steal = measure(cases)
+    local lines, off = {}, false
+    for _, c in ipairs(cases) do
+      lines[#lines + 1] = format("%s %.1f%% of the samples, %.1f%% of os.clock", c.name, got[c.name], want[c.name])
+      off = off or math.abs(got[c.name] - want[c.name]) > 5
+    end
+    local msg = format("%s (%d samples in them, %d in all, %d without a Lua frame: %s; %d paired, %d captures, "
+                       .. "%d shed, %d signals, %d SIGIO, %d foreign, %d lost; steal %s)",
+                       concat(lines, "; "), n, p.nsamples, nolua, concat(nolua_stacks, " | "), p.nhooked or 0,
+                       p.ncaps or 0, p.hook_shed or 0, p.hook_signals, p.hook_sigio, p.hook_foreign, p.lost,
+                       steal and format("%.1f%%", 100 * steal) or "unknown")
+    if os.getenv("PE_DEBUG") then print(msg) end   -- the figures in doc/profiling.md
+    if n < 300 then return false, "too few samples: " .. msg, nil end
+    if nolua >= 0.02 * p.nsamples then return false, msg, nil end
+    return not off, msg, steal
   end
-  local msg = format("%s (%d samples in them, %d in all, %d without a Lua frame: %s; %d paired, %d captures, "
-                     .. "%d shed, %d signals, %d SIGIO, %d foreign, %d lost)",
-                     concat(lines, "; "), n, p.nsamples, nolua, concat(nolua_stacks, " | "), p.nhooked or 0,
-                     p.ncaps or 0, p.hook_shed or 0, p.hook_signals, p.hook_sigio, p.hook_foreign, p.lost)
-  assert.is_true(n >= 300, "too few samples: " .. msg)
-  for _, c in ipairs(cases) do
-    assert.is_true(math.abs(got[c.name] - want[c.name]) <= 5, msg)
-  end
-  assert.is_true(nolua < 0.02 * p.nsamples, msg)
-  if os.getenv("PE_DEBUG") then print(msg) end   -- the figures in doc/profiling.md
+  local ok, msg = U.judge_shares(attempt)
+  if ok == nil then U.pending(msg) end
+  assert.is_true(ok, msg)
   return p
 end
 

@@ -118,32 +118,44 @@ describe("pe.profile on PUC Lua (hook mode)", function()
     describe("hook=" .. kind, function()
       -- #native: under valgrind the signal waits for valgrind's own scheduling points
       it("per-function shares agree with os.clock within 5 points; lines inside the function #native", function()
-        local p = start({ hook = kind })
-        finally(function() p:stop() end)
-        assert.equal("hook", p.mode, tostring(p.reason))
-        assert.equal(kind, p.hook_kind)
-        -- os.clock around each call: the CPU time of each function, no hook involved
-        local t = { alpha = 0, beta = 0, gamma = 0 }
+        local p
+        finally(function() if p then p:stop() end end)
         local fns = { alpha = alpha, beta = beta, gamma = gamma }
         local iters = { alpha = 3e5, beta = 2e5, gamma = 1e5 }
-        local t0 = clock()
-        repeat
+        -- one window: ok, the message, the share of it stolen (U.judge_shares)
+        local function attempt()
+          p = start({ hook = kind })
+          assert.equal("hook", p.mode, tostring(p.reason))
+          assert.equal(kind, p.hook_kind)
+          -- os.clock around each call: the CPU time of each function, no hook involved
+          local t = { alpha = 0, beta = 0, gamma = 0 }
+          local steal_end = U.steal_window()
+          local t0 = clock()
+          repeat
+            for _, name in ipairs({ "alpha", "beta", "gamma" }) do
+              local c0 = clock()
+              fns[name](iters[name])
+              t[name] = t[name] + (clock() - c0)
+            end
+            p:drain()
+          until clock() - t0 > 0.6
+          local steal = steal_end()
+          p:stop()
+          local total = t.alpha + t.beta + t.gamma
+          local got, n = shares(p, { "alpha", "beta", "gamma" })
+          if n < 300 then return false, "samples in the three functions: " .. n .. " of " .. p.nsamples, nil end
+          local msg, off = {}, false
           for _, name in ipairs({ "alpha", "beta", "gamma" }) do
-            local c0 = clock()
-            fns[name](iters[name])
-            t[name] = t[name] + (clock() - c0)
+            local want = 100 * t[name] / total
+            off = off or math.abs(got[name] - want) > 5
+            msg[#msg + 1] = ("%s: %.1f%% of the samples, %.1f%% of os.clock"):format(name, got[name], want)
           end
-          p:drain()
-        until clock() - t0 > 0.6
-        p:stop()
-        local total = t.alpha + t.beta + t.gamma
-        local got, n = shares(p, { "alpha", "beta", "gamma" })
-        assert.is_true(n >= 300, "samples in the three functions: " .. n .. " of " .. p.nsamples)
-        for _, name in ipairs({ "alpha", "beta", "gamma" }) do
-          local want = 100 * t[name] / total
-          assert.is_true(math.abs(got[name] - want) <= 5,
-            ("%s: %.1f%% of the samples, %.1f%% of os.clock (%d samples)"):format(name, got[name], want, n))
+          return not off, ("%s (%d samples, steal %s)"):format(table.concat(msg, "; "), n,
+            steal and ("%.1f%%"):format(100 * steal) or "unknown"), steal
         end
+        local ok, why = U.judge_shares(attempt)
+        if ok == nil then U.pending(why) end
+        assert.is_true(ok, why)
         -- every sampled line of a function is one debug.getinfo lists for it
         local src = source_of(alpha)
         for _, frames in ipairs(p.samples) do
@@ -300,6 +312,7 @@ describe("pe.profile on PUC Lua (hook mode)", function()
     local p = start(opts)
     finally(function() p:stop() end)
     local tf, ta = 0, 0
+    local steal_end = U.steal_window()
     local t0 = clock()
     repeat
       local c0 = clock()
@@ -309,15 +322,22 @@ describe("pe.profile on PUC Lua (hook mode)", function()
       tf, ta = tf + (c1 - c0), ta + (clock() - c1)
       p:drain()
     until clock() - t0 > 0.5
+    local steal = steal_end()
     p:stop()
     local got, n = shares(p, { "flat", "alpha" })
-    return got.flat, 100 * tf / (tf + ta), n, p
+    return got.flat, 100 * tf / (tf + ta), n, p, steal
   end
 
   it("a function with no loop and no call gets its samples (on 5.4: added back as the leaf)", function()
-    local got, want, n, p = flat_share({})
-    assert.is_true(n >= 300, "samples: " .. n)
-    assert.is_true(math.abs(got - want) <= 5, ("flat: %.1f%% of the samples, %.1f%% of os.clock"):format(got, want))
+    local got, want, n, p, steal
+    local ok, why = U.judge_shares(function()
+      got, want, n, p, steal = flat_share({})
+      if n < 300 then return false, "samples: " .. n, nil end
+      return math.abs(got - want) <= 5, ("flat: %.1f%% of the samples, %.1f%% of os.clock (steal %s)"):format(
+        got, want, steal and ("%.1f%%"):format(100 * steal) or "unknown"), steal
+    end)
+    if ok == nil then U.pending(why) end
+    assert.is_true(ok, why)
     if _VERSION == "Lua 5.4" then
       assert.is_true(p.hook_leaf, tostring(p.hook_leaf_reason))
       assert.is_true(p.hook_added > 0)
