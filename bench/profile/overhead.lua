@@ -70,10 +70,11 @@ local function jp_cb(th, samples)
   if #s > 0 then jp_samples = jp_samples + samples end
 end
 
+-- (freq nil: one sample per 100 s of CPU, none in a run)
 local function pe_mode(freq, lj_mode)
   return {
     start = function()
-      local p, err = pe.profile.start({ freq = freq, lj_mode = lj_mode })
+      local p, err = pe.profile.start({ freq = freq, period = not freq and 1e11 or nil, lj_mode = lj_mode })
       if not p then error("pe.profile.start: " .. tostring(err)) end
       return p
     end,
@@ -89,12 +90,24 @@ local MODES = {
   },
   pe999 = pe_mode(999),
   pe99 = pe_mode(99),
-  -- (for callgrind, --once only: armed at 1 Hz, so no sample in the run;
-  -- what LuaJIT's line checks in the traces cost the work itself)
-  pe1 = pe_mode(1),
+  -- (for callgrind, --once only: armed, one sample per 100 s, so none in
+  -- the run (at 1 Hz, a run under valgrind took one, and its drain and
+  -- naming counted for the work); what LuaJIT's line checks in the traces
+  -- cost the work itself)
+  pe1 = pe_mode(nil),
   -- the same with lj_mode "f" (LuaJIT: checks at function changes only)
-  pe1f = pe_mode(1, jit and "f"),
+  pe1f = pe_mode(nil, jit and "f"),
   pe99f = pe_mode(99, jit and "f"),
+  -- (--once only: LuaJIT's own profiler armed with no sample in the run, its
+  -- 100 s interval: what its trace checks cost, mode "l" and mode "f")
+  jp1l = jp and {
+    start = function() jp_samples = 0; jp.start("li100000", jp_cb); return true end,
+    stop = function() jp.stop(); return jp_samples end,
+  },
+  jp1f = jp and {
+    start = function() jp_samples = 0; jp.start("fi100000", jp_cb); return true end,
+    stop = function() jp.stop(); return jp_samples end,
+  },
 }
 local ORDER = jp and { "none", "jitprof", "pe999", "pe99" } or { "none", "pe999", "pe99" }
 local LABEL = { none = "no profile", jitprof = "jit.profile i1 + dumpstack",
@@ -166,7 +179,7 @@ if arg[1] == "--once" then
   -- one run of one mode: for `valgrind --tool=callgrind`, whose instruction
   -- counts of two such runs give the profile's cost without timer noise
   local k = arg[2] or "none"
-  if not MODES[k] then error("unknown mode " .. k .. " (none, jitprof, pe999, pe99, pe1, pe1f, pe99f)") end
+  if not MODES[k] then error("unknown mode " .. k .. " (none, jitprof, pe999, pe99, pe1, pe1f, pe99f, jp1l, jp1f)") end
   local n = tonumber(arg[3] or "0") or 0
   if n <= 0 then n = calibrate(0.2) end
   local warm = pe.profile.start({ freq = 99 })   -- the self-tests, outside the run
