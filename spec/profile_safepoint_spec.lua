@@ -557,10 +557,23 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     -- (with two sigtrap events, one profile lost a third of them), and
     -- its stacks. A sample taken while the other profile's capture runs
     -- has its leaf only (the capture's code): under ASan and load, 39 of
-    -- 268 once, so the stacks are counted among those captured
+    -- 268 once, so the stacks are counted among those captured.  SIGTRAP
+    -- is not a queued signal: while a handler runs (all three signals
+    -- blocked) a second one due merges with the first. A handler preempted
+    -- for a millisecond or more (counted among handlers_slow, over 100 us)
+    -- can so lose the sigtrap profile's: 1 of 300 once, under ASan and load
+    local slow = p.handlers_slow or 0
     for _, e in ipairs({ p, q, r }) do
       local why = e.nsafe .. " of " .. e.nsamples .. " with a stack: " .. top_stacks(e, 4)
-      assert.equal(0, stacks_with(e, "^%[no signal%]$"), why)
+        .. " (handlers preempted: " .. slow .. ")"
+      local nosig = stacks_with(e, "^%[no signal%]$")
+      if e == p and slow > 0 then
+        -- (a preempted handler may block for several samples; a third lost
+        -- was the bug this guards against)
+        assert.is_true(nosig <= 10 * slow and nosig < 0.05 * e.nsamples, why)
+      else
+        assert.equal(0, nosig, why)
+      end
       assert.is_true(e.nsamples > 150 and e.nsafe >= 0.5 * e.nsamples, why)
       assert.is_true(stacks_with(e, "sp_lua$") >= 0.95 * e.nsafe, why)
     end
