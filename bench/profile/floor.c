@@ -10,6 +10,10 @@
  *                            F_SETOWN_EX to this thread); 3: sigtrap (the
  *                            kernel's SIGTRAP on the way back to user
  *                            space, no wakeup), pe.profile's default
+ *   floor MODE ITERS FREQ KB the loop also reads a buffer of KB KiB, a cache
+ *                            line an iteration (a working set like a Lua
+ *                            program's): what an interrupt's disturbed
+ *                            caches cost the code it interrupts
  * prints: MODE cpu_seconds samples */
 #define _GNU_SOURCE
 #include <linux/perf_event.h>
@@ -44,32 +48,57 @@ static double cpu_now(void)
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static double spin(long n)
+static double spin(long n, const unsigned char *buf, size_t size)
 {
   double a = 0;
   long i;
-  for (i = 0; i < n; i++) a += (double)(i % 7) * 1.000001;
+  size_t at = 0;
+  if (!buf) {
+    for (i = 0; i < n; i++) a += (double)(i % 7) * 1.000001;
+    return a;
+  }
+  for (i = 0; i < n; i++) {
+    a += (double)buf[at] * 1.000001;
+    at += 64 * 7;             /* a line an iteration, in an order the */
+    if (at >= size) at -= size; /* prefetcher half follows */
+  }
   return a;
 }
 
 int main(int argc, char **argv)
 {
   int mode, freq, fd = -1;
-  long iters;
+  long iters, kb = 0;
+  unsigned char *buf = NULL;
   struct perf_event_mmap_page *up = NULL;
   double t0, t;
   volatile double sink;
   unsigned long samples = 0;
-  if (argc != 4) {
-    fprintf(stderr, "usage: floor MODE(0|1|2|3) ITERS FREQ\n");
+  if (argc != 4 && argc != 5) {
+    fprintf(stderr, "usage: floor MODE(0|1|2|3) ITERS FREQ [KB]\n");
     return 2;
   }
   mode = atoi(argv[1]);
   iters = atol(argv[2]);
   freq = atoi(argv[3]);
-  if (mode < 0 || mode > 3 || iters <= 0 || freq <= 0) {
+  if (argc == 5) kb = atol(argv[4]);
+  if (mode < 0 || mode > 3 || iters <= 0 || freq <= 0 || kb < 0 || kb > (1L << 20)) {
     fprintf(stderr, "floor: bad arguments\n");
     return 2;
+  }
+  if (kb > 0) {
+    size_t i;
+    /* lines not a multiple of 7, so that the stride visits every line */
+    size_t lines = (size_t)kb * 1024 / 64, size;
+    if (lines % 7 == 0) lines++;
+    size = lines * 64;
+    buf = malloc(size);
+    if (!buf) {
+      perror("floor: malloc");
+      return 1;
+    }
+    for (i = 0; i < size; i++) buf[i] = (unsigned char)(i * 31);
+    kb = (long)size;
   }
   if (mode > 0) {
     struct perf_event_attr a;
@@ -134,7 +163,7 @@ int main(int argc, char **argv)
     }
   }
   t0 = cpu_now();
-  sink = spin(iters);
+  sink = spin(iters, buf, (size_t)kb);
   t = cpu_now() - t0;
   (void)sink;
   if (fd >= 0) {
@@ -144,5 +173,6 @@ int main(int argc, char **argv)
     samples = mode >= 2 ? (unsigned long)nsig : (unsigned long)(__atomic_load_n(&up->data_head, __ATOMIC_ACQUIRE) / 32);
   }
   printf("%d %.6f %lu\n", mode, t, samples);
+  free(buf);
   return 0;
 }
