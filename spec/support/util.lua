@@ -211,8 +211,9 @@ end
 -- profiler samples, and task-clock count the time the hypervisor took
 -- from the vCPU while this thread ran; os.clock does not (the kernel's
 -- PARAVIRT_TIME_ACCOUNTING leaves it out of CPU time). Here steal comes in
--- bursts of a third of the CPU for a second or two: a window of 0.5 s can
--- then charge a function's share ten points more samples than os.clock.
+-- bursts of a third of the CPU for a second or two: in a window of 0.5 s
+-- the functions that ran during a burst get up to that much more of the
+-- samples than of os.clock's time.
 U.STEAL_MAX = 0.02   -- of a window: at most ~2 points of any share
 
 --- starts a task-clock count of this thread; the function returned ends it
