@@ -94,17 +94,17 @@ local MODES = {
   -- the run (at 1 Hz, a run under valgrind took one, and its drain and
   -- naming counted for the work); what LuaJIT's line checks in the traces
   -- cost the work itself)
-  pe1 = pe_mode(nil),
+  pearm = pe_mode(nil),
   -- the same with lj_mode "f" (LuaJIT: checks at function changes only)
-  pe1f = pe_mode(nil, jit and "f"),
+  pearmf = pe_mode(nil, jit and "f"),
   pe99f = pe_mode(99, jit and "f"),
   -- (--once only: LuaJIT's own profiler armed with no sample in the run, its
   -- 100 s interval: what its trace checks cost, mode "l" and mode "f")
-  jp1l = jp and {
+  jparml = jp and {
     start = function() jp_samples = 0; jp.start("li100000", jp_cb); return true end,
     stop = function() jp.stop(); return jp_samples end,
   },
-  jp1f = jp and {
+  jparmf = jp and {
     start = function() jp_samples = 0; jp.start("fi100000", jp_cb); return true end,
     stop = function() jp.stop(); return jp_samples end,
   },
@@ -179,7 +179,9 @@ if arg[1] == "--once" then
   -- one run of one mode: for `valgrind --tool=callgrind`, whose instruction
   -- counts of two such runs give the profile's cost without timer noise
   local k = arg[2] or "none"
-  if not MODES[k] then error("unknown mode " .. k .. " (none, jitprof, pe999, pe99, pe1, pe1f, pe99f, jp1l, jp1f)") end
+  if not MODES[k] then
+    error("unknown mode " .. k .. " (none, jitprof, pe999, pe99, pearm, pearmf, pe99f, jparml, jparmf)")
+  end
   local n = tonumber(arg[3] or "0") or 0
   if n <= 0 then n = calibrate(0.2) end
   local warm = pe.profile.start({ freq = 99 })   -- the self-tests, outside the run

@@ -87,14 +87,14 @@ for l in $luas; do
   # armed, no sample in the run: what the profile costs the work
   # itself (on LuaJIT, the traces' line checks; LuaJIT's traces differ from
   # run to run by about 1 % of these counts, so this is a sign only)
-  # (pe1f: the same with lj_mode "f", no line checks; LuaJIT only)
-  arm="pe1"
-  [ "$l" = luajit ] && arm="pe1 pe1f"
+  # (pearmf: the same with lj_mode "f", no line checks; LuaJIT only)
+  arm="pearm"
+  [ "$l" = luajit ] && arm="pearm pearmf"
   for m in $arm; do
     if ! c=$(cg "$l" "$m" "$n1") || ! d=$(cg "$l" "$m" "$n2"); then echo "$l $m: valgrind failed"; rc=1; continue; fi
     echo "$a $b $c $d" | awk -v l="$l" -v m="$m" '{
       printf "%-7s %-8s %+.2f %% instructions per unit of work (armed, %d samples)\n",
-             l, m == "pe1" ? "armed" : "armed f", (($7 - $5) / ($3 - $1) - 1) * 100, $8 }'
+             l, m == "pearm" ? "armed" : "armed f", (($7 - $5) / ($3 - $1) - 1) * 100, $8 }'
   done
   ms="pe999 pe99"
   [ "$l" = luajit ] && ms="pe999 pe99 pe99f"
