@@ -113,8 +113,8 @@ end
 local getpid
 if jit then
   local ffi = require("ffi")
-  pcall(ffi.cdef, "int getpid(void);")
-  getpid = function() return ffi.C.getpid() end
+  pcall(ffi.cdef, 'int pe_map_getpid(void) __asm__("getpid");')   -- (a name of our own)
+  getpid = function() return ffi.C.pe_map_getpid() end
 end
 
 --- Starts keeping the map (loading the module does it). Calling it again

@@ -108,7 +108,8 @@ local function load_ffi_z()
   if not ok then ffi_err = "no LuaJIT FFI" return nil, ffi_err end
   local okl, lib = pcall(ffi.load, "libz.so.1")
   if not okl then ffi_err = "libz.so.1: " .. tostring(lib) return nil, ffi_err end
-  -- zlib.h's z_stream (LP64), under a name of our own
+  -- zlib.h's z_stream (LP64) and functions, under names of our own (a
+  -- program may have declared zlib's with its own z_stream)
   pcall(ffi.cdef, [[
     typedef struct pe_z_stream {
       const unsigned char *next_in; unsigned avail_in; unsigned long total_in;
@@ -116,12 +117,12 @@ local function load_ffi_z()
       const char *msg; void *state; void *zalloc; void *zfree; void *opaque;
       int data_type; unsigned long adler; unsigned long reserved;
     } pe_z_stream;
-    const char *zlibVersion(void);
-    int deflateInit2_(pe_z_stream *strm, int level, int method, int windowBits, int memLevel,
-                      int strategy, const char *version, int stream_size);
-    unsigned long deflateBound(pe_z_stream *strm, unsigned long sourceLen);
-    int deflate(pe_z_stream *strm, int flush);
-    int deflateEnd(pe_z_stream *strm);
+    const char *pe_zlibVersion(void) __asm__("zlibVersion");
+    int pe_deflateInit2_(pe_z_stream *strm, int level, int method, int windowBits, int memLevel,
+                         int strategy, const char *version, int stream_size) __asm__("deflateInit2_");
+    unsigned long pe_deflateBound(pe_z_stream *strm, unsigned long sourceLen) __asm__("deflateBound");
+    int pe_deflate(pe_z_stream *strm, int flush) __asm__("deflate");
+    int pe_deflateEnd(pe_z_stream *strm) __asm__("deflateEnd");
   ]])
   ffi_z = { ffi = ffi, lib = lib }
   return ffi_z
@@ -146,16 +147,16 @@ local gzippers = {
     if not z then return nil, err end
     local ffi, lib = z.ffi, z.lib
     local strm = ffi.new("pe_z_stream")
-    local rc = lib.deflateInit2_(strm, 6, Z_DEFLATED, GZIP_WINDOW, 8, 0, lib.zlibVersion(),
+    local rc = lib.pe_deflateInit2_(strm, 6, Z_DEFLATED, GZIP_WINDOW, 8, 0, lib.pe_zlibVersion(),
                                  ffi.sizeof("pe_z_stream"))
     if rc ~= 0 then return nil, "deflateInit2: " .. tostring(rc) end
-    local cap = tonumber(lib.deflateBound(strm, #s))
+    local cap = tonumber(lib.pe_deflateBound(strm, #s))
     local out = ffi.new("unsigned char[?]", cap)
     strm.next_in, strm.avail_in = s, #s
     strm.next_out, strm.avail_out = out, cap
-    rc = lib.deflate(strm, Z_FINISH)
+    rc = lib.pe_deflate(strm, Z_FINISH)
     local n = cap - strm.avail_out
-    lib.deflateEnd(strm)
+    lib.pe_deflateEnd(strm)
     if rc ~= Z_STREAM_END then return nil, "deflate: " .. tostring(rc) end
     return ffi.string(out, n)
   end,

@@ -28,13 +28,15 @@ M.FN_PC_OFFSET = 32      -- GCfuncL.pc (GC64): GCHeader+ffid+nupvalues, env, gcl
 -- ---------------------------------------------------------------- clock
 
 if ffi then
+  -- (libc's clock_gettime under a name of our own: a program that declared
+  -- clock_gettime with its own struct timespec first keeps its declaration)
   pcall(ffi.cdef, [[
     struct pe_prof_timespec { long tv_sec; long tv_nsec; };
-    int clock_gettime(int clk, struct pe_prof_timespec *tp);
+    int pe_prof_clock_gettime(int clk, struct pe_prof_timespec *tp) __asm__("clock_gettime");
   ]])
   local ts = ffi.new("struct pe_prof_timespec")
   M.now = function()
-    ffi.C.clock_gettime(1, ts)   -- CLOCK_MONOTONIC, the samples' clockid
+    ffi.C.pe_prof_clock_gettime(1, ts)   -- CLOCK_MONOTONIC, the samples' clockid
     return tonumber(ts.tv_sec) * 1e9 + tonumber(ts.tv_nsec)
   end
 else
