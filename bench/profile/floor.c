@@ -9,7 +9,11 @@
  *                            and the fd's signal (O_ASYNC, F_SETSIG,
  *                            F_SETOWN_EX to this thread); 3: sigtrap (the
  *                            kernel's SIGTRAP on the way back to user
- *                            space, no wakeup), pe.profile's default
+ *                            space, no wakeup), pe.profile's default;
+ *                            4: no perf event, a POSIX timer on
+ *                            CLOCK_MONOTONIC at FREQ whose signal goes to
+ *                            this thread (what any timer of that rate and
+ *                            its signal cost here, perf or not)
  *   floor MODE ITERS FREQ KB the loop also reads a buffer of KB KiB, a cache
  *                            line an iteration (a working set like a Lua
  *                            program's): what an interrupt's disturbed
@@ -68,6 +72,7 @@ static double spin(long n, const unsigned char *buf, size_t size)
 int main(int argc, char **argv)
 {
   int mode, freq, fd = -1;
+  timer_t tm;
   long iters, kb = 0;
   unsigned char *buf = NULL;
   struct perf_event_mmap_page *up = NULL;
@@ -75,14 +80,14 @@ int main(int argc, char **argv)
   volatile double sink;
   unsigned long samples = 0;
   if (argc != 4 && argc != 5) {
-    fprintf(stderr, "usage: floor MODE(0|1|2|3) ITERS FREQ [KB]\n");
+    fprintf(stderr, "usage: floor MODE(0|1|2|3|4) ITERS FREQ [KB]\n");
     return 2;
   }
   mode = atoi(argv[1]);
   iters = atol(argv[2]);
   freq = atoi(argv[3]);
   if (argc == 5) kb = atol(argv[4]);
-  if (mode < 0 || mode > 3 || iters <= 0 || freq <= 0 || kb < 0 || kb > (1L << 20)) {
+  if (mode < 0 || mode > 4 || iters <= 0 || freq <= 0 || kb < 0 || kb > (1L << 20)) {
     fprintf(stderr, "floor: bad arguments\n");
     return 2;
   }
@@ -100,7 +105,27 @@ int main(int argc, char **argv)
     for (i = 0; i < size; i++) buf[i] = (unsigned char)(i * 31);
     kb = (long)size;
   }
-  if (mode > 0) {
+  if (mode == 4) {
+    struct sigaction sa;
+    struct sigevent se;
+    struct itimerspec it;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sample;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    memset(&se, 0, sizeof se);
+    se.sigev_notify = SIGEV_THREAD_ID;
+    se.sigev_signo = SIGRTMIN + 5;
+    se._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+    memset(&it, 0, sizeof it);
+    it.it_interval.tv_nsec = it.it_value.tv_nsec = 1000000000L / freq;
+    if (sigaction(SIGRTMIN + 5, &sa, NULL) || timer_create(CLOCK_MONOTONIC, &se, &tm)
+        || timer_settime(tm, 0, &it, NULL)) {
+      perror("floor: the POSIX timer");
+      return 1;
+    }
+  }
+  if (mode > 0 && mode < 4) {
     struct perf_event_attr a;
     void *m;
     memset(&a, 0, sizeof a);
@@ -166,6 +191,10 @@ int main(int argc, char **argv)
   sink = spin(iters, buf, (size_t)kb);
   t = cpu_now() - t0;
   (void)sink;
+  if (mode == 4) {
+    timer_delete(tm);
+    samples = (unsigned long)nsig;
+  }
   if (fd >= 0) {
     ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
     /* each sample is 8 (header) + 3 * 8 bytes; a LOST or THROTTLE record

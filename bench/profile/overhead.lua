@@ -10,7 +10,8 @@
 -- (small tables) and a 17-deep call chain; one run takes about SECONDS of
 -- CPU (0.2). Before every run the JIT is flushed, so each mode compiles its
 -- traces again as pe.profile.start's flush makes it do. It prints, per mode,
--- the median and minimum CPU time (os.clock) and the median's ratio to the
+-- the median and minimum CPU time (this thread's: bench/profile/cpuclock.lua
+-- says why not os.clock) and the median's ratio to the
 -- unprofiled median of the same process; for pe.profile also the median
 -- wall time of start and of stop and the Lua heap's growth (after a full
 -- collect) across start and across the whole profile. The first start
@@ -27,7 +28,7 @@ package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 local pe = require("perf_event")
 local core = require("perf_event.core")
 
-local clock, now = os.clock, core.now
+local clock, now = dofile("bench/profile/cpuclock.lua"), core.now
 local format, gsub, upper = string.format, string.gsub, string.upper
 local sort, concat = table.sort, table.concat
 local collectgarbage = collectgarbage
@@ -188,6 +189,107 @@ if arg[1] == "--once" then
   if warm then warm:stop() end
   local r = run(k, n)
   print(format("%s %s n=%d cpu %.4f s samples %d", interp, k, n, r.cpu, r.nsamp))
+  return
+end
+
+if arg[1] == "--paired" then
+  -- The paired bench: per-sample costs resolved below this VM's noise.
+  -- Each profiler is armed once per round (its traces compiled with its
+  -- checks, sampling off), then its sampling is switched on and off for
+  -- chunks of the workload (~CHUNK s of CPU each) in ABBA order, so that
+  -- each "on" chunk has an "off" neighbour run under the same traces, the
+  -- same heap and nearly the same moment of the VM's steal. The excess of
+  -- the on chunks over the off chunks is the samples' cost: the kernel's
+  -- (timer interrupt, sample, signal) and the profiler's (handler, trace
+  -- exit, capture, and the caches they disturb). What an armed profiler
+  -- costs with no sample (its traces' checks) is not in it: `--once` under
+  -- callgrind counts that (run.sh). Phases: "none" (no profiler: both
+  -- chunks plain, the noise's own figure, which should be 0 within its se),
+  -- pe.profile at 999 and 99 Hz (its event enabled and disabled), and on
+  -- LuaJIT jit.profile "li1" with a dumpstack per sample (its ITIMER_PROF
+  -- armed and disarmed by setitimer: ~250 samples a second at HZ=250).
+  --   luajit bench/profile/overhead.lua --paired [ROUNDS] [PAIRS] [CHUNK]
+  local rounds_p = tonumber(arg[2] or "8")
+  local npairs = tonumber(arg[3] or "25")
+  local chunk = tonumber(arg[4] or "0.02")
+  local cn = calibrate(chunk)
+  work(cn)
+  local itimer
+  if jp then
+    local ffi = require("ffi")
+    ffi.cdef[[
+      struct pe_bench_itv { long isec, iusec, vsec, vusec; };
+      int setitimer(int which, const struct pe_bench_itv *nv, struct pe_bench_itv *ov);
+    ]]
+    local on, off = ffi.new("struct pe_bench_itv", 0, 1000, 0, 1000), ffi.new("struct pe_bench_itv")
+    itimer = function(enable) assert(ffi.C.setitimer(2, enable and on or off, nil) == 0) end
+  end
+  -- phase: arm() -> toggle(enable), disarm() -> samples taken
+  local function pe_phase(freq)
+    local p
+    return {
+      arm = function() p = assert(pe.profile.start({ freq = freq })) assert(p.ev:disable()) end,
+      toggle = function(on) if on then assert(p.ev:enable()) else assert(p.ev:disable()) end end,
+      disarm = function() p:stop() return p.nsamples end,
+    }
+  end
+  local PHASES = {
+    none = { arm = function() end, toggle = function() end, disarm = function() return 0 end },
+    pe999 = pe_phase(999),
+    pe99 = pe_phase(99),
+    jitprof = jp and {
+      arm = function() jp_samples = 0 jp.start("li1", jp_cb) itimer(false) end,
+      toggle = itimer,
+      disarm = function() jp.stop() return jp_samples end,
+    },
+  }
+  local PORDER = jp and { "none", "pe999", "pe99", "jitprof" } or { "none", "pe999", "pe99" }
+  local PLABEL = { none = "no profiler (on = off)", pe999 = "pe.profile 999 Hz", pe99 = "pe.profile 99 Hz",
+                   jitprof = "jit.profile li1 + dumpstack" }
+  local acc = {}
+  for _, k in ipairs(PORDER) do acc[k] = { on = 0, off = 0, d = {}, samples = 0 } end
+  local function timed(ph, on)
+    if on then ph.toggle(true) end
+    local c0 = clock()
+    work(cn)
+    local t = clock() - c0
+    if on then ph.toggle(false) end
+    return t
+  end
+  for r = 1, rounds_p do
+    for i = 0, #PORDER - 1 do
+      local k = PORDER[(i + r) % #PORDER + 1]
+      local ph, a = PHASES[k], acc[k]
+      if jit then jit.flush() end
+      ph.arm()
+      for _ = 1, 3 do work(cn) end      -- the traces, with the profiler's checks
+      for j = 1, npairs do
+        local on, off
+        if j % 2 == 1 then on = timed(ph, true) off = timed(ph, false)
+        else off = timed(ph, false) on = timed(ph, true) end
+        a.on, a.off = a.on + on, a.off + off
+        a.d[#a.d + 1] = on - off
+      end
+      a.samples = a.samples + ph.disarm()
+    end
+  end
+  print(format("%s, paired: %d rounds x %d pairs of %.0f ms chunks (workload n=%d)",
+               interp, rounds_p, npairs, acc.none.off / (rounds_p * npairs) * 1e3, cn))
+  print(format("%-30s %9s %7s %9s %10s %8s %7s", "profiler", "on vs off", "se", "median", "samples/s", "us/samp", "se"))
+  for _, k in ipairs(PORDER) do
+    local a = acc[k]
+    local n = #a.d
+    local mean = (a.on - a.off) / n
+    local v = 0
+    for _, x in ipairs(a.d) do v = v + (x - mean) ^ 2 end
+    local se = math.sqrt(v / (n - 1) / n)
+    local off1 = a.off / n
+    local rate = a.samples / a.on
+    local per = a.samples > 0 and a.samples / n
+    print(format("%-30s %+8.2f%% %6.2f%% %+8.2f%% %10s %8s %7s", PLABEL[k], mean / off1 * 100, se / off1 * 100,
+                 median(a.d) / off1 * 100, per and format("%.0f", rate) or "-",
+                 per and format("%.1f", mean / per * 1e6) or "-", per and format("%.1f", se / per * 1e6) or "-"))
+  end
   return
 end
 

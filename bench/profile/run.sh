@@ -32,26 +32,29 @@ trap 'rm -rf "$tmp"' EXIT
 # before any profiler code runs, on a C loop at 9999 Hz: the kernel's side
 # (timer interrupt, the sample written) and the signal's delivery, as
 # sigtrap sends it (the default) and as the fd's F_SETSIG after a wakeup
-# per sample (the fallback).
-# floor_run LABEL ITERS [KB]: 7 rounds of the four modes, medians
+# per sample (the fallback); and, for comparison, a POSIX timer of the same
+# rate with its signal and no perf event at all.
+# floor_run LABEL ITERS [KB]: 7 rounds of the five modes, medians
 floor_run() {
   : > "$tmp/floor.out"
   r=1
   while [ "$r" -le 7 ]; do
-    for m in 0 1 2 3; do "$tmp/floor" "$m" "$2" 9999 ${3:-} || rc=1; done >> "$tmp/floor.out"
+    for m in 0 1 2 3 4; do "$tmp/floor" "$m" "$2" 9999 ${3:-} || rc=1; done >> "$tmp/floor.out"
     r=$((r + 1))
   done
   sort -n -k1,1 -k2,2 "$tmp/floor.out" | awk -v label="$1" '
     { t[$1] = t[$1] " " $2; s[$1] = s[$1] " " $3 }
     function med(list,   a, n) { n = split(list, a, " "); return a[int((n + 1) / 2)] }
     END {
-      n1 = med(s[1]); n2 = med(s[2]); n3 = med(s[3])
+      n1 = med(s[1]); n2 = med(s[2]); n3 = med(s[3]); n4 = med(s[4])
       k = n1 > 0 ? (med(t[1]) - med(t[0])) / n1 * 1e6 : 0
       g = n2 > 0 ? (med(t[2]) - med(t[1])) / n2 * 1e6 : 0
       q = n3 > 0 ? (med(t[3]) - med(t[1])) / n3 * 1e6 : 0
+      x = n4 > 0 ? (med(t[4]) - med(t[0])) / n4 * 1e6 : 0
       printf "floor (%s, cpu-clock 9999 Hz, 7 rounds, medians): kernel side %.1f us/sample; the signal: sigtrap %.1f us, F_SETSIG with a wakeup %.1f us\n", label, k, q, g
       printf "  so before any profiler code, sigtrap: %.2f %% of CPU at 999 Hz, %.3f %% at 99 Hz", (k + q) * 999 / 1e4, (k + q) * 99 / 1e4
       printf "; F_SETSIG: %.2f %%, %.3f %%\n", (k + g) * 999 / 1e4, (k + g) * 99 / 1e4
+      printf "  a POSIX timer (CLOCK_MONOTONIC, no perf event) and its signal: %.1f us a tick, %.2f %% at 999 Hz\n", x, x * 999 / 1e4
     }'
 }
 if cc -std=gnu11 -O2 -o "$tmp/floor" bench/profile/floor.c 2>"$tmp/cc.err"; then

@@ -10,7 +10,7 @@
 -- samples gives a cost per sample above the noise); at 999 Hz and 99 Hz
 -- with lj_mode "f"; the signal walk and no stacks at all at 9999 Hz;
 -- at 999 Hz with the signal-time walk. It prints each one's median and
--- minimum CPU time (os.clock) against no profile, the capture's own time
+-- minimum CPU time (this thread's) against no profile, the capture's own time
 -- per sample, and pe.profile's start time and Lua heap growth (median
 -- of the rounds). Run from the repository root; doc/profiling.md's figures
 -- come from here.
@@ -26,7 +26,7 @@ end
 
 local pe = require("perf_event")
 local jprofile = require("jit.profile")
-local clock = os.clock
+local clock = dofile("bench/profile/cpuclock.lua")   -- (not os.clock: see there)
 local sformat = string.format
 
 local rounds = tonumber(arg[1] or "15")
