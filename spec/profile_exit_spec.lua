@@ -41,11 +41,14 @@ local function exit_hot(n)
 end
 local variant, out = arg[1], arg[2]
 local p = assert(pe.profile.start({}))
-local s0, t0 = stime(), os.clock()
+local s0, t0, e0 = stime(), os.clock(), p.ev:read()
 repeat exit_hot(20000) until os.clock() - t0 >= ]] .. WORK .. [[
 
 local f = assert(io.open(out, "w"))
-f:write(os.clock() - t0, " ", (stime() - s0) / 100, "\n")
+-- and the time this script's own cpu-clock event counted meanwhile (it
+-- runs beside the outer profile's): that clock counts the VM's stolen
+-- time, os.clock does not
+f:write(os.clock() - t0, " ", (stime() - s0) / 100, " ", (p.ev:read() - e0) / 1e9, "\n")
 f:close()
 if variant == "stopped" then
   p:stop()
@@ -106,6 +109,7 @@ local function run_all(dir, routes, runs)
                         folded = read(id .. ".folded"),
                         cpu = tonumber((read(id .. ".cpu") or ""):match("^(%S+)")),
                         sys = tonumber((read(id .. ".cpu") or ""):match("^%S+ (%S+)")) or 0,
+                        counted = tonumber((read(id .. ".cpu") or ""):match("^%S+ %S+ (%S+)")),
                         log = read(id .. ".log") or "" }
     end
   end
@@ -127,10 +131,15 @@ end
 
 -- every run ended on its own within BOUND with its variant's exit status and
 -- wrote exit_hot's samples: at least a third of what os.clock's measure of
--- its CPU time makes at 999 Hz (cpu-clock's frequency mode starts slow)
+-- its CPU time makes at 999 Hz (cpu-clock's frequency mode starts slow).
+-- Not the samples of a run the VM stole from (the script's cpu-clock
+-- counted more than U.STEAL_MAX over os.clock): in the VM's storms of
+-- steal its timer interrupts come far more rarely than due (seen: 10
+-- samples while the cpu-clock counted 0.79 s and os.clock 0.38 s); when
+-- most runs were stolen from, the test is pending
 local function check(results, routes, runs)
   assert.are.equal(#routes * runs, #results, "one result line per run")
-  local problems, slowest = {}, 0
+  local problems, slowest, stolen = {}, 0, 0
   for _, r in ipairs(results) do
     if r.secs > slowest then slowest = r.secs end
     local why
@@ -145,9 +154,13 @@ local function check(results, routes, runs)
     else
       local hot, total = hot_samples(r.folded)
       -- (the system time measured too: the profile samples user mode only)
-      if hot < (r.cpu - r.sys) * 999 / 3 then
-        why = ("%d samples with exit_hot of %d, %.3f s measured in it, %.2f s of it system time")
-              :format(hot, total, r.cpu, r.sys)
+      local steal = r.counted and r.counted > 0 and (r.counted - r.cpu) / r.counted or 0
+      if hot < (r.cpu - r.sys) * 999 / 3 and steal > U.STEAL_MAX then
+        stolen = stolen + 1
+      elseif hot < (r.cpu - r.sys) * 999 / 3 then
+        why = ("%d samples with exit_hot of %d, %.3f s measured in it, %.2f s of it system time; "
+               .. "the script's own cpu-clock counted %s s")
+              :format(hot, total, r.cpu, r.sys, tostring(r.counted))
       end
     end
     if why then
@@ -157,6 +170,9 @@ local function check(results, routes, runs)
   end
   assert.are.equal(0, #problems, #problems .. " bad runs of " .. #results .. " (slowest "
                    .. slowest .. " s):\n" .. table.concat(problems, "\n", 1, math.min(#problems, 5)))
+  if stolen > #results / 2 then
+    U.pending(("%d of %d runs had too few samples while the VM stole their time"):format(stolen, #results))
+  end
 end
 
 describe("profile: exit in bounded time with a second profile in the script", function()

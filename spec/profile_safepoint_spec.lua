@@ -561,8 +561,9 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     -- for a millisecond or more (counted among handlers_slow, over 100 us)
     -- can so lose the sigtrap profile's: 1 of 300 once, under ASan and load
     local slow = p.handlers_slow or 0
+    local names = { [p] = "the sigtrap profile", [q] = "the second (F_SETSIG)", [r] = "sigtrap=false" }
     for _, e in ipairs({ p, q, r }) do
-      local why = e.nsafe .. " of " .. e.nsamples .. " with a stack: " .. top_stacks(e, 4)
+      local why = names[e] .. ": " .. e.nsafe .. " of " .. e.nsamples .. " with a stack: " .. top_stacks(e, 4)
         .. " (handlers preempted: " .. slow .. ")"
       local nosig = stacks_with(e, "^%[no signal%]$")
       if e == p and slow > 0 then
