@@ -660,7 +660,9 @@ describe("pe.profile", function()
       local _, _, late1 = LP.luaprof_read()
       assert.equal(late0, late1)
       assert.equal(0, pending())
-      assert.is_true(p.nsigs > 0.1 * freq, seen)
+      -- (the profile ran: signals, unless the VM stole from the window, whose
+      -- timer interrupts then come far more rarely than due)
+      assert.is_true(p.nsigs > 0.1 * freq or counted - cpu > U.STEAL_MAX * counted, seen)
     end
     -- the counter does see a signal that comes while disarmed: one raised
     -- now runs the installed handler once
