@@ -430,6 +430,26 @@ describe("int arguments out of range (issue 11)", function()
     assert.equal("exited", status)
     assert.equal(0, code)
   end)
+
+  it("child:wait and wait_pid time out no sooner than asked", function()
+    -- (their deadline came from a clock truncated to the ms: a 5 ms wait
+    -- could end after 4, `luaperf stat -I 5` printed a step of 4.27 ms)
+    local child = assert(core.spawn({ "sleep", "5" }))
+    local ok, err = pcall(function()
+      for _ = 1, 40 do
+        local t0 = core.now()
+        assert.is_false(child:wait(5))
+        local t1 = core.now()
+        assert.is_false(core.wait_pid(child:pid(), 3))
+        local t2 = core.now()
+        assert.is_true(t1 - t0 >= 0.005, ("child:wait(5) returned after %.3f ms"):format((t1 - t0) * 1e3))
+        assert.is_true(t2 - t1 >= 0.003, ("wait_pid(pid, 3) returned after %.3f ms"):format((t2 - t1) * 1e3))
+      end
+    end)
+    child:kill(9)
+    child:wait()
+    assert(ok, err)
+  end)
 end)
 
 describe("a program's own FFI declarations", function()
