@@ -14,12 +14,12 @@ if not jit then return os.clock end
 local ffi = require("ffi")
 ffi.cdef [[
   struct pe_bench_ts { long sec, nsec; };
-  int clock_gettime(int clk, struct pe_bench_ts *ts);
+  int pe_bench_clock_gettime(int clk, struct pe_bench_ts *ts) __asm__("clock_gettime");
 ]]
 local CLOCK_THREAD_CPUTIME_ID = 3
 local ts = ffi.new("struct pe_bench_ts")
 local C = ffi.C
 return function()
-  if C.clock_gettime(CLOCK_THREAD_CPUTIME_ID, ts) ~= 0 then error("clock_gettime failed") end
+  if C.pe_bench_clock_gettime(CLOCK_THREAD_CPUTIME_ID, ts) ~= 0 then error("clock_gettime failed") end
   return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
 end

@@ -219,10 +219,11 @@ if arg[1] == "--paired" then
     local ffi = require("ffi")
     ffi.cdef[[
       struct pe_bench_itv { long isec, iusec, vsec, vusec; };
-      int setitimer(int which, const struct pe_bench_itv *nv, struct pe_bench_itv *ov);
+      int pe_bench_setitimer(int which, const struct pe_bench_itv *nv, struct pe_bench_itv *ov)
+        __asm__("setitimer");
     ]]
     local on, off = ffi.new("struct pe_bench_itv", 0, 1000, 0, 1000), ffi.new("struct pe_bench_itv")
-    itimer = function(enable) assert(ffi.C.setitimer(2, enable and on or off, nil) == 0) end
+    itimer = function(enable) assert(ffi.C.pe_bench_setitimer(2, enable and on or off, nil) == 0) end
   end
   -- phase: arm() -> toggle(enable), disarm() -> samples taken
   local function pe_phase(freq)

@@ -148,7 +148,7 @@ local gzippers = {
     local ffi, lib = z.ffi, z.lib
     local strm = ffi.new("pe_z_stream")
     local rc = lib.pe_deflateInit2_(strm, 6, Z_DEFLATED, GZIP_WINDOW, 8, 0, lib.pe_zlibVersion(),
-                                 ffi.sizeof("pe_z_stream"))
+                                    ffi.sizeof("pe_z_stream"))
     if rc ~= 0 then return nil, "deflateInit2: " .. tostring(rc) end
     local cap = tonumber(lib.pe_deflateBound(strm, #s))
     local out = ffi.new("unsigned char[?]", cap)
