@@ -347,6 +347,15 @@ describe("luaperf record -o FILE.data", function()
     same_samples(ours, rows, true)
     local spin = 0
     for _, row in ipairs(rows) do if row.sym == "pet_spin_inner" then spin = spin + 1 end end
+    if spin == 0 then
+      -- in a chroot perf script names no symbol of any process (its own
+      -- perf.data neither): "assertion failed at util/namespaces.c", its
+      -- namespace code meeting a root that is not the mount namespace's
+      local err = sh("perf script -i " .. tmp .. " 2>&1 >/dev/null")
+      if err:find("util/namespaces.c", 1, true) then
+        U.pending("perf script cannot name symbols here (a chroot?): " .. err:match("[^\n]*"))
+      end
+    end
     assert.truthy(spin > 0, "no pet_spin_inner sample among " .. #rows)
   end)
 
