@@ -105,11 +105,10 @@ local function run_all(dir, routes, runs)
     local route, v, i, rc, ms = l:match("^(%S+) (%S+) (%d+) (%d+) (%d+)$")
     if route then
       local id = dir .. "/" .. route .. "." .. v .. "." .. i
+      local cpu, sys, counted = (read(id .. ".cpu") or ""):match("^(%S+) (%S+) (%S+)")
       out[#out + 1] = { route = route, variant = v, i = tonumber(i), rc = tonumber(rc), secs = tonumber(ms) / 1000,
                         folded = read(id .. ".folded"),
-                        cpu = tonumber((read(id .. ".cpu") or ""):match("^(%S+)")),
-                        sys = tonumber((read(id .. ".cpu") or ""):match("^%S+ (%S+)")) or 0,
-                        counted = tonumber((read(id .. ".cpu") or ""):match("^%S+ %S+ (%S+)")),
+                        cpu = tonumber(cpu), sys = tonumber(sys) or 0, counted = tonumber(counted),
                         log = read(id .. ".log") or "" }
     end
   end

@@ -45,6 +45,17 @@ static void on_sample(int signo, siginfo_t *si, void *uc)
   nsig++;
 }
 
+/* on_sample as sig's handler: 0, or -1 */
+static int catch_samples(int sig)
+{
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_sample;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  return sigaction(sig, &sa, NULL);
+}
+
 static double cpu_now(void)
 {
   struct timespec t;
@@ -106,20 +117,15 @@ int main(int argc, char **argv)
     kb = (long)size;
   }
   if (mode == 4) {
-    struct sigaction sa;
     struct sigevent se;
     struct itimerspec it;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_sample;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
     memset(&se, 0, sizeof se);
     se.sigev_notify = SIGEV_THREAD_ID;
     se.sigev_signo = SIGRTMIN + 5;
     se._sigev_un._tid = (pid_t)syscall(SYS_gettid);
     memset(&it, 0, sizeof it);
     it.it_interval.tv_nsec = it.it_value.tv_nsec = 1000000000L / freq;
-    if (sigaction(SIGRTMIN + 5, &sa, NULL) || timer_create(CLOCK_MONOTONIC, &se, &tm)
+    if (catch_samples(SIGRTMIN + 5) || timer_create(CLOCK_MONOTONIC, &se, &tm)
         || timer_settime(tm, 0, &it, NULL)) {
       perror("floor: the POSIX timer");
       return 1;
@@ -157,26 +163,16 @@ int main(int argc, char **argv)
     }
     up = m;
     if (mode == 3) {
-      struct sigaction sa;
-      memset(&sa, 0, sizeof sa);
-      sa.sa_sigaction = on_sample;
-      sa.sa_flags = SA_SIGINFO | SA_RESTART;
-      sigemptyset(&sa.sa_mask);
-      if (sigaction(SIGTRAP, &sa, NULL)) {
+      if (catch_samples(SIGTRAP)) {
         perror("floor: sigaction");
         return 1;
       }
     }
     if (mode == 2) {
-      struct sigaction sa;
       struct f_owner_ex o;
-      memset(&sa, 0, sizeof sa);
-      sa.sa_sigaction = on_sample;
-      sa.sa_flags = SA_SIGINFO | SA_RESTART;
-      sigemptyset(&sa.sa_mask);
       o.type = F_OWNER_TID;
       o.pid = (pid_t)syscall(SYS_gettid);
-      if (sigaction(SIGRTMIN + 4, &sa, NULL) || fcntl(fd, F_SETOWN_EX, &o) || fcntl(fd, F_SETSIG, SIGRTMIN + 4)
+      if (catch_samples(SIGRTMIN + 4) || fcntl(fd, F_SETOWN_EX, &o) || fcntl(fd, F_SETSIG, SIGRTMIN + 4)
           || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_ASYNC)) {
         perror("floor: arming the signal");
         return 1;

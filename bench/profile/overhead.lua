@@ -227,11 +227,11 @@ if arg[1] == "--paired" then
   end
   -- phase: arm() -> toggle(enable), disarm() -> samples taken
   local function pe_phase(freq)
-    local p
+    local mode, p = pe_mode(freq)
     return {
-      arm = function() p = assert(pe.profile.start({ freq = freq })) assert(p.ev:disable()) end,
+      arm = function() p = mode.start() assert(p.ev:disable()) end,
       toggle = function(on) if on then assert(p.ev:enable()) else assert(p.ev:disable()) end end,
-      disarm = function() p:stop() return p.nsamples end,
+      disarm = function() return mode.stop(p) end,
     }
   end
   local PHASES = {
@@ -245,7 +245,7 @@ if arg[1] == "--paired" then
     },
   }
   local PORDER = jp and { "none", "pe999", "pe99", "jitprof" } or { "none", "pe999", "pe99" }
-  local PLABEL = { none = "no profiler (on = off)", pe999 = "pe.profile 999 Hz", pe99 = "pe.profile 99 Hz",
+  local PLABEL = { none = "no profiler (on = off)", pe999 = LABEL.pe999, pe99 = LABEL.pe99,
                    jitprof = "jit.profile li1 + dumpstack" }
   local acc = {}
   for _, k in ipairs(PORDER) do acc[k] = { on = 0, off = 0, d = {}, samples = 0 } end
