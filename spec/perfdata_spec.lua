@@ -254,7 +254,12 @@ describe("luaperf record -o FILE.data", function()
       end
     end
     assert.truthy(kernel > 0, "no kernel sample")
-    assert.truthy(names.__x64_sys_getppid, "perf named no sample __x64_sys_getppid")
+    -- getppid's own code: __x64_sys_getppid is small (6-13 samples of ~650
+    -- here; none once in a full run), the __task_pid_nr_ns it calls ~100
+    local seen = {}
+    for n in pairs(names) do seen[#seen + 1] = n end
+    assert.truthy(names.__x64_sys_getppid or names.__task_pid_nr_ns,
+                  "perf named no sample in getppid's code: " .. table.concat(seen, " ", 1, math.min(#seen, 20)))
     assert.truthy(same >= kernel * 0.9, same .. " of " .. kernel .. " kernel names agree: " ..
                   table.concat(bad, " ", 1, math.min(#bad, 10)))
   end)
