@@ -136,6 +136,11 @@ typedef struct ls_prof {
   volatile uint32_t head, tail;
   volatile uint32_t dropped, late;
   ls_rec ring[LS_SLOTS];
+  /* the ring's samples (time, ip) that no taken record's time has passed
+   * yet (l_take), and how many samples a record took beside its own */
+  uint64_t q_t[LS_SLOTS], q_ip[LS_SLOTS];
+  uint32_t q_head, q_tail;
+  uint64_t merged, matched;
 } ls_prof;
 
 static ls_prof ls_p[LS_MAXP];
@@ -885,6 +890,8 @@ static int l_arm(lua_State *L)
   {
     ls_prof *p = &ls_p[slot];
     p->head = p->tail = p->dropped = p->late = 0;
+    p->q_head = p->q_tail = 0;
+    p->merged = p->matched = 0;
     p->fd = fd;
     p->id = pe_fd_id(fd);
     p->trap = trap;
@@ -958,7 +965,7 @@ typedef struct ls_key {
 static ls_key ls_keys[LS_SLOTS];
 static uint32_t ls_khash[2 * LS_SLOTS];   /* key index + 1, or 0 (all 0 between takes) */
 static uint32_t ls_kslot[LS_SLOTS];       /* the ls_khash slot of each key, to clear it */
-static uint32_t ls_order[LS_SLOTS];
+static uint32_t ls_order[2 * LS_SLOTS];  /* a record's key, once per sample it stands for */
 
 static void ls_push_num(lua_State *L, int t, int i, uint64_t v)
 {
@@ -966,15 +973,81 @@ static void ls_push_num(lua_State *L, int t, int i, uint64_t v)
   lua_rawseti(L, t, i);
 }
 
+/* a ring sample (its time, ip) that a record may stand for (ls_cover) */
+static void ls_queue(ls_prof *p, uint64_t t, uint64_t ip)
+{
+  uint32_t q = p->q_head % LS_SLOTS;
+  if (p->q_head - p->q_tail == LS_SLOTS) p->q_tail++;   /* the oldest unmatched goes */
+  p->q_t[q] = t;
+  p->q_ip[q] = ip;
+  p->q_head++;
+}
+
+/* how many samples the record of a signal whose handler ran at time, at
+ * ip, stands for (see l_take): it takes the queued samples taken before
+ * it; the ones at its ip are its own (p->matched counts the records that
+ * found one); at least 1 */
+static uint32_t ls_cover(ls_prof *p, uint64_t time, uint64_t ip)
+{
+  uint32_t w = 0;
+  while (p->q_tail != p->q_head && p->q_t[p->q_tail % LS_SLOTS] <= time) {
+    if (p->q_ip[p->q_tail % LS_SLOTS] == ip) w++;
+    p->q_tail++;
+  }
+  if (w) p->matched++;
+  return w ? w : 1;
+}
+
+/* t[i], a number in [0, 2^63) (l_cover) */
+static uint64_t ls_u64_at(lua_State *L, int t, int i)
+{
+  lua_Number v;
+  lua_rawgeti(L, t, i);
+  v = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  if (!(v >= 0 && v < 9223372036854775808.0)) luaL_error(L, "luasafe_cover: element %d is not a time or an ip", i);
+  return (uint64_t)v;
+}
+
+/* _private.luasafe_cover(samples, records) -> weights: ls_cover on a
+ * queue of its own (tests): samples and records are flat arrays of time,
+ * ip pairs, in time order; weights[i] the samples record i stands for */
+static int l_cover(lua_State *L)
+{
+  ls_prof *p;
+  int i, ns, nr;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  ns = (int)pe_rawlen(L, 1) / 2;
+  nr = (int)pe_rawlen(L, 2) / 2;
+  p = (ls_prof *)pe_newuserdata(L, sizeof *p);   /* collected with the call */
+  p->q_head = p->q_tail = 0;
+  p->matched = 0;
+  for (i = 0; i < ns; i++) ls_queue(p, ls_u64_at(L, 1, 2 * i + 1), ls_u64_at(L, 1, 2 * i + 2));
+  lua_createtable(L, nr, 0);
+  for (i = 0; i < nr; i++) {
+    lua_pushinteger(L, (lua_Integer)ls_cover(p, ls_u64_at(L, 2, 2 * i + 1), ls_u64_at(L, 2, 2 * i + 2)));
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
 /* _private.luasafe_take(slot, event, nstacks, nchunks, final, keep) ->
  * keys, order, stacks, chunks, stats.
- * Skips the event's ring (its samples counted, its LOST records counted by
- * the ring code: stats.ring_samples; the sample's ip and time are the
- * signal's), then takes the signal records whose capture is done (all of
- * them when final): keys is a flat array, 7 numbers per distinct sample
- * (stack id or 0, leaf GCfunc or 0, cut, out, trace, ip, count); order
- * (keep only) the key index of each record in turn; stacks id -> words
- * for the ids above nstacks, chunks id -> name above nchunks */
+ * Reads the event's ring (its samples counted: stats.ring_samples, their
+ * time and ip queued; its LOST records counted by the ring code), then
+ * takes the signal records whose capture is done (all of them when final):
+ * keys is a flat array, 7 numbers per distinct sample (stack id or 0, leaf
+ * GCfunc or 0, cut, out, trace, ip, count); order (keep only) the key
+ * index of each sample in turn; stacks id -> words for the ids above
+ * nstacks, chunks id -> name above nchunks.
+ * A record stands for the ring's samples taken since the record before it
+ * and at the ip its signal interrupted: the kernel sends one signal for
+ * samples taken before it could send the first (its timer interrupt, late
+ * in a VM, takes two periods' samples at once; one wakeup, or one pending
+ * SIGTRAP), and the thread has not run in between, so the record's stack
+ * is theirs too (stats.merged: those samples, since the arm). Samples at
+ * another ip have no record (the Lua side counts them "[no signal]") */
 static int l_take(lua_State *L)
 {
   int slot = pe_check_int(L, 1, "slot", 1, LS_MAXP) - 1;
@@ -983,7 +1056,7 @@ static int l_take(lua_State *L)
   uint32_t kc = (uint32_t)pe_check_int(L, 4, "nchunks", 0, 0x7fffffff);
   int final = lua_toboolean(L, 5), keep = lua_toboolean(L, 6);
   ls_prof *p = &ls_p[slot];
-  uint32_t i, head, nk = 0, nr = 0, pending;
+  uint32_t i, head, nk = 0, nr = 0, no = 0, ex = 0, pending;
   uint64_t nring = 0;
   int t;
   if (ev->fd >= 0 && (ev->scratch || pe_ring_ready(L, ev) || (lua_pop(L, 1), 0))) {
@@ -992,7 +1065,14 @@ static int l_take(lua_State *L)
     while ((len = pe_ring_next(ev, &rec)) > 0) {
       struct pe_event_header h;
       memcpy(&h, rec, sizeof h);
-      if (h.type == PE_RECORD_SAMPLE) nring++;
+      if (h.type != PE_RECORD_SAMPLE) continue;
+      nring++;
+      if (len >= 32) {     /* ip|tid|time: the ip at 8, the time at 24 */
+        uint64_t ip, tm;
+        memcpy(&ip, rec + 8, 8);
+        memcpy(&tm, rec + 24, 8);
+        ls_queue(p, tm, ip);
+      }
     }
   }
   __atomic_signal_fence(__ATOMIC_ACQUIRE);
@@ -1022,8 +1102,14 @@ static int l_take(lua_State *L)
       ls_kslot[nk] = h;
       ls_khash[h] = j = ++nk;
     }
-    ls_keys[j - 1].count++;
-    if (nr < LS_SLOTS) ls_order[nr] = j;
+    {
+      uint32_t w = ls_cover(p, r->time, r->ip);
+      if (ex + w - 1 > LS_SLOTS) w = 1;   /* (order's room; the extra ones stay "[no signal]") */
+      ex += w - 1;
+      p->merged += w - 1;
+      ls_keys[j - 1].count += w;
+      while (w-- > 0) ls_order[no++] = j;
+    }
     nr++;
   }
   __atomic_signal_fence(__ATOMIC_RELEASE);
@@ -1042,14 +1128,14 @@ static int l_take(lua_State *L)
     ls_push_num(L, t, (int)(7 * i + 6), e->ip);
     ls_push_num(L, t, (int)(7 * i + 7), e->count);
   }
-  lua_createtable(L, keep ? (int)nr : 0, 0);
+  lua_createtable(L, keep ? (int)no : 0, 0);
   t = lua_gettop(L);
-  if (keep) for (i = 0; i < nr; i++) ls_push_num(L, t, (int)i + 1, ls_order[i]);
+  if (keep) for (i = 0; i < no; i++) ls_push_num(L, t, (int)i + 1, ls_order[i]);
   lua_createtable(L, 0, 0);
   for (i = ks + 1; i <= ls_nstacks; i++) { ls_push_stack(L, i); lua_rawseti(L, -2, (int)i); }
   lua_createtable(L, 0, 0);
   for (i = kc + 1; i <= ls_nchunks; i++) { lua_pushstring(L, ls_chunks[i - 1]); lua_rawseti(L, -2, (int)i); }
-  lua_createtable(L, 0, 14);
+  lua_createtable(L, 0, 17);
   lua_pushinteger(L, ls_nstacks); lua_setfield(L, -2, "nstacks");
   lua_pushinteger(L, ls_nchunks); lua_setfield(L, -2, "nchunks");
   lua_pushnumber(L, (lua_Number)ls_ns); lua_setfield(L, -2, "capture_ns");
@@ -1065,6 +1151,8 @@ static int l_take(lua_State *L)
   lua_pushinteger(L, (lua_Integer)nr); lua_setfield(L, -2, "records");
   lua_pushinteger(L, (lua_Integer)pending); lua_setfield(L, -2, "pending");
   lua_pushinteger(L, p->dropped); lua_setfield(L, -2, "dropped");
+  lua_pushnumber(L, (lua_Number)p->merged); lua_setfield(L, -2, "merged");
+  lua_pushnumber(L, (lua_Number)p->matched); lua_setfield(L, -2, "matched");
   lua_pushinteger(L, (lua_Integer)ls_throttled); lua_setfield(L, -2, "throttled");
   /* once a drain: the check the handler makes with its three loads,
    * here with the two syscalls too when the state was found (a LuaJIT
@@ -1236,6 +1324,7 @@ static int l_needs(lua_State *L)
 #define l_arm l_needs
 #define l_disarm l_needs
 #define l_take l_needs
+#define l_cover l_needs
 #define l_here l_needs
 #define l_forget l_needs
 #define l_stats l_needs
@@ -1252,7 +1341,7 @@ void pe_open_luasafe(lua_State *L)
     {"luasafe_arm", l_arm}, {"luasafe_disarm", l_disarm}, {"luasafe_take", l_take},
     {"luasafe_here", l_here}, {"luasafe_forget", l_forget}, {"luasafe_stats", l_stats},
     {"luasafe_pending", l_pending}, {"luasafe_trap_busy", l_trap_busy}, {"luasafe_lines", l_lines},
-    {"luasafe_lines_use", l_lines_use}, {NULL, NULL}
+    {"luasafe_lines_use", l_lines_use}, {"luasafe_cover", l_cover}, {NULL, NULL}
   };
   pe_push_private(L, lua_gettop(L));
   pe_setfuncs(L, fns);

@@ -448,10 +448,10 @@ local function frames_of(p, s, id, leafa, cut, trace, ip)
   return fr
 end
 
---- Takes the signals' records (the ring's samples are only counted: each
--- signal has the sample's ip and time) and adds each sample's frames to
--- p, once per distinct sample of this drain (p:_count with its count for
--- keep=false). No pairs() here: a drain may run from a __gc (LuaJIT
+--- Takes the signals' records (each has its sample's ip and time; one
+-- stands for the ring's samples the kernel signalled together, taken at its
+-- ip: luasafe_take) and adds each sample's frames to p, once per distinct
+-- sample of this drain (p:_count with its count for keep=false). No pairs() here: a drain may run from a __gc (LuaJIT
 -- bug #1000).
 function M.drain(p, final)
   local s = p.safe
@@ -465,7 +465,7 @@ function M.drain(p, final)
   p.capture_ns = p.captures > 0 and p.capture_total_ns / p.captures or 0
   p.handler_total_ns, p.handlers, p.handlers_slow = st.handler_ns, st.handlers, st.handlers_slow
   p.handler_ns = p.handlers > 0 and p.handler_total_ns / p.handlers or 0
-  p.sig_dropped, p.sig_throttled = st.dropped, st.throttled
+  p.sig_dropped, p.sig_throttled, p.sig_merged, p.sig_matched = st.dropped, st.throttled, st.merged, st.matched
   p.lost = st.lost
   p.nring = (p.nring or 0) + st.ring_samples
   p.nsigs = (p.nsigs or 0) + st.records
@@ -481,18 +481,18 @@ function M.drain(p, final)
   end
   if keep then for j = 1, #order do samples[#samples + 1] = byk[order[j]] end end
   p.nsafe, p.npaired = nsafe, p.nsigs
-  p.nsamples = p.nsigs
   -- a sample whose signal never came (the kernel could not queue it, or
   -- the record ring was full): counted once the ring holds more samples
-  -- than the signals, the ones still waiting for their capture aside
-  local missing = p.nring - p.nsigs - st.pending - (s.nmissing or 0)
+  -- than the signals and the samples they stand for, the ones still
+  -- waiting for their capture aside
+  local missing = p.nring - p.nsigs - st.merged - st.pending - (s.nmissing or 0)
   if missing > 0 then
     s.nmissing = (s.nmissing or 0) + missing
     local fr = s.nosig or { { c = "[no signal]" }, nleaf = 1 }
     s.nosig = fr
     if keep then for _ = 1, missing do samples[#samples + 1] = fr end else p:_count(fr, missing) end
   end
-  p.nsamples = p.nsigs + (s.nmissing or 0)
+  p.nsamples = p.nsigs + st.merged + (s.nmissing or 0)
 end
 
 -- the functions of a drain, for profile.lua's jit.off of an aggregated
