@@ -129,6 +129,14 @@ typedef struct ls_rec {
   uint8_t out, state;
 } ls_rec;
 
+/* the ring's samples (time, ip) that no taken record's time has passed
+ * yet (l_take, ls_cover), and the records that found theirs */
+typedef struct ls_sq {
+  uint64_t t[LS_SLOTS], ip[LS_SLOTS];
+  uint32_t head, tail;
+  uint64_t matched;
+} ls_sq;
+
 typedef struct ls_prof {
   int on, fd;
   uint64_t id;
@@ -136,11 +144,8 @@ typedef struct ls_prof {
   volatile uint32_t head, tail;
   volatile uint32_t dropped, late;
   ls_rec ring[LS_SLOTS];
-  /* the ring's samples (time, ip) that no taken record's time has passed
-   * yet (l_take), and how many samples a record took beside its own */
-  uint64_t q_t[LS_SLOTS], q_ip[LS_SLOTS];
-  uint32_t q_head, q_tail;
-  uint64_t merged, matched;
+  ls_sq q;
+  uint64_t merged;                        /* samples a record stood for beside its own */
 } ls_prof;
 
 static ls_prof ls_p[LS_MAXP];
@@ -890,8 +895,8 @@ static int l_arm(lua_State *L)
   {
     ls_prof *p = &ls_p[slot];
     p->head = p->tail = p->dropped = p->late = 0;
-    p->q_head = p->q_tail = 0;
-    p->merged = p->matched = 0;
+    p->q.head = p->q.tail = 0;
+    p->q.matched = p->merged = 0;
     p->fd = fd;
     p->id = pe_fd_id(fd);
     p->trap = trap;
@@ -974,27 +979,27 @@ static void ls_push_num(lua_State *L, int t, int i, uint64_t v)
 }
 
 /* a ring sample (its time, ip) that a record may stand for (ls_cover) */
-static void ls_queue(ls_prof *p, uint64_t t, uint64_t ip)
+static void ls_queue(ls_sq *q, uint64_t t, uint64_t ip)
 {
-  uint32_t q = p->q_head % LS_SLOTS;
-  if (p->q_head - p->q_tail == LS_SLOTS) p->q_tail++;   /* the oldest unmatched goes */
-  p->q_t[q] = t;
-  p->q_ip[q] = ip;
-  p->q_head++;
+  uint32_t k = q->head % LS_SLOTS;
+  if (q->head - q->tail == LS_SLOTS) q->tail++;   /* the oldest unmatched goes */
+  q->t[k] = t;
+  q->ip[k] = ip;
+  q->head++;
 }
 
 /* how many samples the record of a signal whose handler ran at time, at
  * ip, stands for (see l_take): it takes the queued samples taken before
- * it; the ones at its ip are its own (p->matched counts the records that
+ * it; the ones at its ip are its own (q->matched counts the records that
  * found one); at least 1 */
-static uint32_t ls_cover(ls_prof *p, uint64_t time, uint64_t ip)
+static uint32_t ls_cover(ls_sq *q, uint64_t time, uint64_t ip)
 {
   uint32_t w = 0;
-  while (p->q_tail != p->q_head && p->q_t[p->q_tail % LS_SLOTS] <= time) {
-    if (p->q_ip[p->q_tail % LS_SLOTS] == ip) w++;
-    p->q_tail++;
+  while (q->tail != q->head && q->t[q->tail % LS_SLOTS] <= time) {
+    if (q->ip[q->tail % LS_SLOTS] == ip) w++;
+    q->tail++;
   }
-  if (w) p->matched++;
+  if (w) q->matched++;
   return w ? w : 1;
 }
 
@@ -1014,19 +1019,19 @@ static uint64_t ls_u64_at(lua_State *L, int t, int i)
  * ip pairs, in time order; weights[i] the samples record i stands for */
 static int l_cover(lua_State *L)
 {
-  ls_prof *p;
+  ls_sq *q;
   int i, ns, nr;
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
   ns = (int)pe_rawlen(L, 1) / 2;
   nr = (int)pe_rawlen(L, 2) / 2;
-  p = (ls_prof *)pe_newuserdata(L, sizeof *p);   /* collected with the call */
-  p->q_head = p->q_tail = 0;
-  p->matched = 0;
-  for (i = 0; i < ns; i++) ls_queue(p, ls_u64_at(L, 1, 2 * i + 1), ls_u64_at(L, 1, 2 * i + 2));
+  q = (ls_sq *)pe_newuserdata(L, sizeof *q);   /* collected with the call */
+  q->head = q->tail = 0;
+  q->matched = 0;
+  for (i = 0; i < ns; i++) ls_queue(q, ls_u64_at(L, 1, 2 * i + 1), ls_u64_at(L, 1, 2 * i + 2));
   lua_createtable(L, nr, 0);
   for (i = 0; i < nr; i++) {
-    lua_pushinteger(L, (lua_Integer)ls_cover(p, ls_u64_at(L, 2, 2 * i + 1), ls_u64_at(L, 2, 2 * i + 2)));
+    lua_pushinteger(L, (lua_Integer)ls_cover(q, ls_u64_at(L, 2, 2 * i + 1), ls_u64_at(L, 2, 2 * i + 2)));
     lua_rawseti(L, -2, i + 1);
   }
   return 1;
@@ -1071,7 +1076,7 @@ static int l_take(lua_State *L)
         uint64_t ip, tm;
         memcpy(&ip, rec + 8, 8);
         memcpy(&tm, rec + 24, 8);
-        ls_queue(p, tm, ip);
+        ls_queue(&p->q, tm, ip);
       }
     }
   }
@@ -1103,7 +1108,7 @@ static int l_take(lua_State *L)
       ls_khash[h] = j = ++nk;
     }
     {
-      uint32_t w = ls_cover(p, r->time, r->ip);
+      uint32_t w = ls_cover(&p->q, r->time, r->ip);
       if (ex + w - 1 > LS_SLOTS) w = 1;   /* (order's room; the extra ones stay "[no signal]") */
       ex += w - 1;
       p->merged += w - 1;
@@ -1152,7 +1157,7 @@ static int l_take(lua_State *L)
   lua_pushinteger(L, (lua_Integer)pending); lua_setfield(L, -2, "pending");
   lua_pushinteger(L, p->dropped); lua_setfield(L, -2, "dropped");
   lua_pushnumber(L, (lua_Number)p->merged); lua_setfield(L, -2, "merged");
-  lua_pushnumber(L, (lua_Number)p->matched); lua_setfield(L, -2, "matched");
+  lua_pushnumber(L, (lua_Number)p->q.matched); lua_setfield(L, -2, "matched");
   lua_pushinteger(L, (lua_Integer)ls_throttled); lua_setfield(L, -2, "throttled");
   /* once a drain: the check the handler makes with its three loads,
    * here with the two syscalls too when the state was found (a LuaJIT
