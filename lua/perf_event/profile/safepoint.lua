@@ -449,10 +449,10 @@ local function frames_of(p, s, id, leafa, cut, trace, ip)
 end
 
 --- Takes the signals' records (each has its sample's ip and time; one
--- stands for the ring's samples the kernel signalled together, taken at its
--- ip: luasafe_take) and adds each sample's frames to p, once per distinct
--- sample of this drain (p:_count with its count for keep=false). No pairs() here: a drain may run from a __gc (LuaJIT
--- bug #1000).
+-- stands for the ring's samples the kernel signalled together, taken at
+-- its ip: luasafe_take) and adds each sample's frames to p, once per
+-- distinct sample of this drain (p:_count with its count for keep=false).
+-- No pairs() here: a drain may run from a __gc (LuaJIT bug #1000).
 function M.drain(p, final)
   local s = p.safe
   local keep = p.keep ~= false
