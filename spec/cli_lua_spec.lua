@@ -131,10 +131,12 @@ local function jp_shares(text)
   return jp, s
 end
 
+-- -> true, or false and what differs
 local function close_to(jp, ours, what, points)
   for _, k in ipairs({ "alpha", "beta", "gamma" }) do
-    assert.is_true(math.abs(jp[k] - ours[k]) <= (points or 5),
-                   ("%s %s: -jp %.1f%%, luaperf %.1f%%"):format(what, k, jp[k], ours[k]))
+    if math.abs(jp[k] - ours[k]) > (points or 5) then
+      return false, ("%s %s: -jp %.1f%%, luaperf %.1f%%"):format(what, k, jp[k], ours[k])
+    end
   end
   -- the largest share is the same function
   local function top(t)
@@ -142,7 +144,8 @@ local function close_to(jp, ours, what, points)
     for _, k in ipairs({ "alpha", "beta", "gamma" }) do if not b or t[k] > t[b] then b = k end end
     return b
   end
-  assert.equal(top(jp), top(ours), what)
+  if top(jp) ~= top(ours) then return false, ("%s: -jp's top is %s, luaperf's %s"):format(what, top(jp), top(ours)) end
+  return true
 end
 
 describe("luaperf record --lua -- CMD", function()
@@ -157,31 +160,43 @@ describe("luaperf record --lua -- CMD", function()
     it("names the hot functions at lines inside them, with -jp's shares (" .. mode .. ")", function()
       U.need(have_luajit, "luajit is not on PATH")
       shares_suite()
-      local out = tmp()
-      local text, rc = run("record --lua -F 999 -o " .. out .. " -- luajit -jp=Fi1m0 " .. script .. " "
-                           .. mode .. " 2")
-      local stacks = folded(out)
-      os.remove(out)
-      assert.equal(0, rc, text)
-      local ours, n, total = shares(stacks, script, r)
-      -- 2 s of CPU at 999 Hz, ~2000; half that when another lane shares the core
-      assert.is_true(n >= 500, "samples in the hot functions " .. n .. "\n" .. text)
-      local written = tonumber(text:match("%[ luaperf record: (%d+) samples, %d+ stacks written to "))
-      assert.equal(total, written, text)
-      -- every stack starts with the comm; gamma's samples have the main
-      -- chunk above them (the signal-time walk; it misses a few)
-      local g, gcalled = 0, 0
-      for stack, c in pairs(stacks) do
-        assert.truthy(stack:find("^luajit;"), stack)
-        if stack:find("gamma@", 1, true) then
-          g = g + c
-          if stack:find("^luajit;main@" .. script:gsub("%p", "%%%0") .. ":%d+;gamma@") then gcalled = gcalled + c end
+      -- luaperf's cpu-clock samples count the time the hypervisor took from
+      -- the child's vCPU, -jp's ITIMER_PROF does not: a burst of steal in
+      -- the 2 s gives the loop it hit more of ours (alpha 17.6 % against
+      -- 12.0 % once, 0.49 s of both vCPUs stolen in 10 s). A try with more
+      -- than U.STEAL_MAX of the child's 2 s stolen (the VM's both vCPUs: an
+      -- upper bound) is run again
+      local ok, msg = U.judge_shares(function()
+        local out = tmp()
+        local steal0 = U.steal_ms()
+        local text, rc = run("record --lua -F 999 -o " .. out .. " -- luajit -jp=Fi1m0 " .. script .. " "
+                             .. mode .. " 2")
+        local steal = (U.steal_ms() - steal0) / 2000
+        local stacks = folded(out)
+        os.remove(out)
+        assert.equal(0, rc, text)
+        local ours, n, total = shares(stacks, script, r)
+        -- 2 s of CPU at 999 Hz, ~2000; half that when another lane shares the core
+        assert.is_true(n >= 500, "samples in the hot functions " .. n .. "\n" .. text)
+        local written = tonumber(text:match("%[ luaperf record: (%d+) samples, %d+ stacks written to "))
+        assert.equal(total, written, text)
+        -- every stack starts with the comm; gamma's samples have the main
+        -- chunk above them (the signal-time walk; it misses a few)
+        local g, gcalled = 0, 0
+        for stack, c in pairs(stacks) do
+          assert.truthy(stack:find("^luajit;"), stack)
+          if stack:find("gamma@", 1, true) then
+            g = g + c
+            if stack:find("^luajit;main@" .. script:gsub("%p", "%%%0") .. ":%d+;gamma@") then gcalled = gcalled + c end
+          end
         end
-      end
-      assert.is_true(gcalled >= 0.8 * g, gcalled .. " of " .. g .. " gamma samples under main\n" .. text)
-      local jp, js = jp_shares(text)
-      assert.is_true(js > 0, text)
-      close_to(jp, ours, mode)
+        assert.is_true(gcalled >= 0.8 * g, gcalled .. " of " .. g .. " gamma samples under main\n" .. text)
+        local jp, js = jp_shares(text)
+        assert.is_true(js > 0, text)
+        local good, why = close_to(jp, ours, mode)
+        return good, why, steal
+      end)
+      assert.is_true(ok, msg)
     end)
   end
 
@@ -351,7 +366,7 @@ describe("luaperf record --lua -p PID", function()
       -- for: the mix of the three loops in that window varies with the
       -- load (gamma 46 % against 53.7 % once while the suite ran as a user
       -- alongside), so the bound is wider than in-process's 5 points
-      close_to(jp, ours, mode .. " -p", 10)
+      assert.is_true(close_to(jp, ours, mode .. " -p", 10))
     end)
   end
 
