@@ -112,7 +112,16 @@ describe("ring drain", function()
     end
     local t = {}
     local a, b, c = take(t, true), take(nil, true), take(nil, false)
-    assert.equal(5, #a)
+    -- (session 11, once in a full run: the second take held fewer than 5;
+    -- not reproduced alone, 3000 times, nor beside the tracepoint specs)
+    local function kinds(o)
+      local k = {}
+      for i, x in ipairs(o) do k[i] = tostring(x[2]) end
+      return #o .. " records: " .. table.concat(k, ",")
+    end
+    assert.equal(5, #a, kinds(a))
+    assert.equal(5, #b, "new tables: " .. kinds(b))
+    assert.equal(5, #c, "no FFI: " .. kinds(c))
     for i = 1, 5 do
       if records.ffi then assert.equal(t, a[i][1]) end
       for k = 2, 6 do
