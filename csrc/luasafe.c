@@ -970,7 +970,7 @@ typedef struct ls_key {
 static ls_key ls_keys[LS_SLOTS];
 static uint32_t ls_khash[2 * LS_SLOTS];   /* key index + 1, or 0 (all 0 between takes) */
 static uint32_t ls_kslot[LS_SLOTS];       /* the ls_khash slot of each key, to clear it */
-static uint32_t ls_order[2 * LS_SLOTS];  /* a record's key, once per sample it stands for */
+static uint32_t ls_order[2 * LS_SLOTS];  /* a record's key, once per sample it stands for (l_take) */
 
 static void ls_push_num(lua_State *L, int t, int i, uint64_t v)
 {
@@ -1061,7 +1061,7 @@ static int l_take(lua_State *L)
   uint32_t kc = (uint32_t)pe_check_int(L, 4, "nchunks", 0, 0x7fffffff);
   int final = lua_toboolean(L, 5), keep = lua_toboolean(L, 6);
   ls_prof *p = &ls_p[slot];
-  uint32_t i, head, nk = 0, nr = 0, no = 0, ex = 0, pending;
+  uint32_t i, head, nk = 0, nr = 0, no = 0, pending;
   uint64_t nring = 0;
   int t;
   if (ev->fd >= 0 && (ev->scratch || pe_ring_ready(L, ev) || (lua_pop(L, 1), 0))) {
@@ -1108,9 +1108,9 @@ static int l_take(lua_State *L)
       ls_khash[h] = j = ++nk;
     }
     {
+      /* (each sample beyond a record's own is one taken off the queue,
+       * which holds LS_SLOTS at most: no <= nr + LS_SLOTS) */
       uint32_t w = ls_cover(&p->q, r->time, r->ip);
-      if (ex + w - 1 > LS_SLOTS) w = 1;   /* (order's room; the extra ones stay "[no signal]") */
-      ex += w - 1;
       p->merged += w - 1;
       ls_keys[j - 1].count += w;
       while (w-- > 0) ls_order[no++] = j;
