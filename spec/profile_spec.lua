@@ -137,13 +137,13 @@ describe("pe.profile", function()
     assert.is_true(st.regs.walk.hits >= 0.9 * st.regs.walk.samples)
     -- and from G->jit_base alone, on a compiled loop
     assert.is_true(st.regs.jit_base.ok, tostring(st.regs.jit_base.reason))
-    -- and from cur_L->base alone, in string.rep called by a jit.off() caller:
-    -- the caller at its line, string.rep's own address in the frame
+    -- and from cur_L->base alone, in string.find called by a jit.off() caller:
+    -- the caller at its line, string.find's own address in the frame
     assert.is_true(st.regs.lbase.ok, tostring(st.regs.lbase.reason))
     assert.is_true(st.regs.lbase.hits >= 0.95 * st.regs.lbase.walked)
     assert.is_true(st.regs.lbase.walked >= 0.5 * st.regs.lbase.samples)
     -- G->vmstate: a live trace's number (jit.util.traceinfo knows it) while
-    -- the compiled loop ran, ~LJ_VMST_C while string.rep ran
+    -- the compiled loop ran, ~LJ_VMST_C while string.find ran
     assert.is_true(st.regs.vmstate.ok, tostring(st.regs.vmstate.reason))
     assert.is_true(st.regs.vmstate.trace >= 0.8 * st.regs.vmstate.tsamples)
     assert.is_true(st.regs.vmstate.c >= 0.8 * st.regs.vmstate.csamples)

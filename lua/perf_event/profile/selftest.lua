@@ -169,11 +169,31 @@ local function check_jit_base(pe)
 end
 
 -- a C function called by the interpreter, from a one-line caller: with
--- the walk from cur_L->base alone, samples in string.rep must name the
--- caller at its line and string.rep as the function at BASE
-local selftest_rep = string.rep
-local function selftest_ccaller(n) return #selftest_rep("x", n) + 0 end
-local function selftest_cspin(n) local s = 0 for _ = 1, 8 do s = s + selftest_ccaller(n) end return s end
+-- the walk from cur_L->base alone, samples in string.find must name the
+-- caller at its line and string.find as the function at BASE. The search
+-- (libc's memchr over 1 MB, no match) allocates nothing: a probe that
+-- allocates (string.rep of 1 MB, until session 12) drives the process's
+-- GC: in a test suite's heap its steps took 11-19 of ~300 samples, with
+-- vmstate GC, and once 112 of 305 samples were not in vmstate C
+local selftest_find = string.find
+local function selftest_ccaller(s) return (selftest_find(s, "y", 1, true) or 1) + 0 end
+local function selftest_cspin(s) local n = 0 for _ = 1, 8 do n = n + selftest_ccaller(s) end return n end
+
+-- the G->vmstate values samples saw, most frequent first ("-2 x193, -1
+-- x100"; ~LJ_VMST_C is -2, the interpreter -1, GC -3, a trace its number),
+-- for a failed check's message
+local function vms_seen(sigs)
+  local n, keys = {}, {}
+  for _, g in ipairs(sigs) do
+    local v = g.vms or "none"
+    if not n[v] then n[v] = 0 keys[#keys + 1] = v end
+    n[v] = n[v] + 1
+  end
+  table.sort(keys, function(a, b) return n[a] > n[b] end)
+  local out = {}
+  for i = 1, #keys do out[i] = format("%s x%d", tostring(keys[i]), n[keys[i]]) end
+  return table.concat(out, ", ")
+end
 
 local function check_lbase(pe)
   local LP = pe.core._private
@@ -184,9 +204,10 @@ local function check_lbase(pe)
   jit.off(selftest_cspin)
   local armed, aerr = LP.luaprof_arm(ev:fd(), nil, M.callops(), 1, 2)
   if not armed then ev:close() return { ok = false, reason = tostring(aerr) } end
+  local hay = string.rep("x", 1000000)
   local t0 = os.clock()
   ev:enable()
-  repeat selftest_cspin(1000000) until os.clock() - t0 > 0.03
+  repeat selftest_cspin(hay) until os.clock() - t0 > 0.03
   ev:disable()
   LP.luaprof_disarm(ev:fd())
   local sigs = LP.luaprof_read()
@@ -194,33 +215,33 @@ local function check_lbase(pe)
   local clo = u64p(addr_of(selftest_ccaller) + FN_PC_OFFSET)
   local chi = clo + 4 * jutil.funcinfo(selftest_ccaller).bytecodes
   local want = debug.getinfo(selftest_ccaller, "S").linedefined
-  local rep_at = addr_of(selftest_rep)
+  local find_at = addr_of(selftest_find)
   local walked, good, vms_c = 0, 0, 0
   for _, g in ipairs(sigs) do
     local pc = g.pcs[1] and tonumber(g.pcs[1])
     if g.vms == -2 then vms_c = vms_c + 1 end    -- ~LJ_VMST_C
     if pc then
       walked = walked + 1
-      if pc - 4 >= clo and pc - 4 < chi and tonumber(g.fn) == rep_at
+      if pc - 4 >= clo and pc - 4 < chi and tonumber(g.fn) == find_at
         and jutil.funcinfo(selftest_ccaller, (pc - clo) / 4 - 1).currentline == want then
         good = good + 1
       end
     end
   end
-  -- string.rep's fill is most of the time; the rest (the interpreter,
+  -- string.find's search is most of the time; the rest (the interpreter,
   -- where cur_L->base is stale and its function slot holds a result)
   -- must give no walk rather than a wrong one
   if #sigs < 10 or walked < 0.5 * #sigs or good < 0.95 * walked then
-    return { ok = false, samples = #sigs, walked = walked, hits = good, vms_c = vms_c,
-             reason = format("the walk from cur_L->base found string.rep under its caller's line in %d of %d"
+    return { ok = false, samples = #sigs, walked = walked, hits = good, vms_c = vms_c, vms_seen = vms_seen(sigs),
+             reason = format("the walk from cur_L->base found string.find under its caller's line in %d of %d"
                              .. " (%d walked)", good, #sigs, walked) }
   end
-  return { ok = true, samples = #sigs, walked = walked, hits = good, vms_c = vms_c }
+  return { ok = true, samples = #sigs, walked = walked, hits = good, vms_c = vms_c, vms_seen = vms_seen(sigs) }
 end
 
 -- G->vmstate, found by the arm next to cur_L, must have held a live
 -- trace's number in most samples of the compiled loop and ~LJ_VMST_C in
--- most of string.rep's
+-- most of string.find's
 local function check_vmstate(jb, lb, addr)
   if not addr or tonumber(addr) == 0 then
     return { ok = false, reason = "no single int32 held ~LJ_VMST_C in global_State before cur_L" }
@@ -229,7 +250,8 @@ local function check_vmstate(jb, lb, addr)
   if r.tsamples < 10 or r.csamples < 10 or r.trace < 0.8 * r.tsamples or r.c < 0.8 * r.csamples then
     r.ok = false
     r.reason = format("G->vmstate held a trace number in %d of %d samples of a compiled loop and ~LJ_VMST_C in"
-                      .. " %d of %d in string.rep", r.trace, r.tsamples, r.c, r.csamples)
+                      .. " %d of %d in string.find (there: %s)", r.trace, r.tsamples, r.c, r.csamples,
+                      lb.vms_seen or "?")
   else
     r.ok = true
   end
