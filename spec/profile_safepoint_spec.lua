@@ -155,6 +155,26 @@ local function incl(p, name)
   return tot > 0 and 100 * n / tot or 0, tot
 end
 
+-- the 3 most frequent stacks of p's samples without function `name` (as
+-- `has` judges: its name in this file), Lua frames as name@chunk, for a
+-- failed share's message
+local function without(p, name)
+  local c, keys = {}, {}
+  for _, fr in ipairs(p.samples) do
+    if not has(fr, name) then
+      local parts = {}
+      for i, f in ipairs(fr) do parts[i] = f.c or (tostring(f.lua.name) .. "@" .. tostring(f.lua.chunk)) end
+      local k = tconcat(parts, ";")
+      if not c[k] then keys[#keys + 1] = k end
+      c[k] = (c[k] or 0) + 1
+    end
+  end
+  table.sort(keys, function(a, b) return c[a] > c[b] end)
+  local out = {}
+  for i = 1, math.min(3, #keys) do out[i] = c[keys[i]] .. " " .. keys[i] end
+  return tconcat(out, "\n")
+end
+
 -- runs the functions in turn for `secs` of CPU time under a profile;
 -- returns the profile and each function's os.clock share of the window
 local function profile_mix(fns, secs, opts)
@@ -188,7 +208,10 @@ local function check_shares(fns, secs)
     for _, e in ipairs(fns) do
       local got = incl(p, e[1])
       msg[#msg + 1] = sformat("%s: %.1f%% of samples, %.1f%% of os.clock", e[1], got, share[e[1]])
-      off = off or math.abs(got - share[e[1]]) > 5
+      if math.abs(got - share[e[1]]) > 5 then
+        off = true
+        msg[#msg + 1] = sformat("samples without %s, most frequent:\n%s\n", e[1], without(p, e[1]))
+      end
     end
     -- the thread runs Lua all along: (nearly) every sample has a Lua frame
     local nolua = 0
