@@ -232,10 +232,11 @@ local function check_lbase(pe)
   -- where cur_L->base is stale and its function slot holds a result)
   -- must give no walk rather than a wrong one
   if #sigs < 10 or walked < 0.5 * #sigs or good < 0.95 * walked then
-    return { ok = false, samples = #sigs, walked = walked, hits = good, vms_c = vms_c, vms_seen = vms_seen(sigs),
+    return { ok = false, samples = #sigs, walked = walked, hits = good, vms_c = vms_c,
              reason = format("the walk from cur_L->base found string.find under its caller's line in %d of %d"
                              .. " (%d walked)", good, #sigs, walked) }
   end
+  -- (the values seen, for check_vmstate's message: it runs only after this passed)
   return { ok = true, samples = #sigs, walked = walked, hits = good, vms_c = vms_c, vms_seen = vms_seen(sigs) }
 end
 
