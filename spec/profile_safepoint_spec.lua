@@ -155,24 +155,37 @@ local function incl(p, name)
   return tot > 0 and 100 * n / tot or 0, tot
 end
 
--- the 3 most frequent stacks of p's samples without function `name` (as
--- `has` judges: its name in this file), Lua frames as name@chunk, for a
--- failed share's message
-local function without(p, name)
+-- a sample's frames as folded text, root first
+local function stack_text(fr)
+  local parts = {}
+  for i, f in ipairs(fr) do parts[i] = f.c or f.lua.name end
+  return tconcat(parts, ";")
+end
+
+-- the stacks of p that contain all the names in order, as text
+local function stacks_with(p, pattern)
+  local n = 0
+  for _, fr in ipairs(p.samples) do
+    if stack_text(fr):find(pattern) then n = n + 1 end
+  end
+  return n
+end
+
+-- the n most frequent stacks of p, as "count stack" text; with `skip`,
+-- of the samples for whose frames it is false
+local function top_stacks(p, n, skip)
   local c, keys = {}, {}
   for _, fr in ipairs(p.samples) do
-    if not has(fr, name) then
-      local parts = {}
-      for i, f in ipairs(fr) do parts[i] = f.c or (tostring(f.lua.name) .. "@" .. tostring(f.lua.chunk)) end
-      local k = tconcat(parts, ";")
+    if not (skip and skip(fr)) then
+      local k = stack_text(fr)
       if not c[k] then keys[#keys + 1] = k end
       c[k] = (c[k] or 0) + 1
     end
   end
   table.sort(keys, function(a, b) return c[a] > c[b] end)
   local out = {}
-  for i = 1, math.min(3, #keys) do out[i] = c[keys[i]] .. " " .. keys[i] end
-  return tconcat(out, "\n")
+  for i = 1, math.min(n, #keys) do out[i] = c[keys[i]] .. " " .. keys[i] end
+  return tconcat(out, "; ")
 end
 
 -- runs the functions in turn for `secs` of CPU time under a profile;
@@ -210,7 +223,9 @@ local function check_shares(fns, secs)
       msg[#msg + 1] = sformat("%s: %.1f%% of samples, %.1f%% of os.clock", e[1], got, share[e[1]])
       if math.abs(got - share[e[1]]) > 5 then
         off = true
-        msg[#msg + 1] = sformat("samples without %s, most frequent:\n%s\n", e[1], without(p, e[1]))
+        -- (has() also wants this file's chunk: a stack naming e[1] here was named from another)
+        msg[#msg + 1] = sformat("samples without %s, most frequent: %s", e[1],
+                                top_stacks(p, 3, function(fr) return has(fr, e[1]) end))
       end
     end
     -- the thread runs Lua all along: (nearly) every sample has a Lua frame
@@ -228,36 +243,6 @@ local function check_shares(fns, secs)
   end
   assert.is_true(U.judge_shares(attempt))
   return p
-end
-
--- a sample's frames as folded text, root first
-local function stack_text(fr)
-  local parts = {}
-  for i, f in ipairs(fr) do parts[i] = f.c or f.lua.name end
-  return tconcat(parts, ";")
-end
-
--- the stacks of p that contain all the names in order, as text
-local function stacks_with(p, pattern)
-  local n = 0
-  for _, fr in ipairs(p.samples) do
-    if stack_text(fr):find(pattern) then n = n + 1 end
-  end
-  return n
-end
-
--- the n most frequent stacks of p, as "count stack" text
-local function top_stacks(p, n)
-  local c, keys = {}, {}
-  for _, fr in ipairs(p.samples) do
-    local k = stack_text(fr)
-    if not c[k] then keys[#keys + 1] = k end
-    c[k] = (c[k] or 0) + 1
-  end
-  table.sort(keys, function(a, b) return c[a] > c[b] end)
-  local out = {}
-  for i = 1, math.min(n, #keys) do out[i] = c[keys[i]] .. " " .. keys[i] end
-  return tconcat(out, "; ")
 end
 
 local describe_jit = jit and describe or pending
