@@ -502,6 +502,47 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     assert.equal(0, p.nsafe - safe0, "captured stacks after jit.profile started")
   end)
 
+  it("clears LuaJIT's hook flag left set without its dispatch (a vmevent's restore): a compiled loop run then is named",
+     function()
+    -- lj_vmevent_call restores the hook flag that its Lua callback's first
+    -- instruction took and cleared, with no dispatch update: LuaJIT's
+    -- profile_signal then does nothing, no capture comes, and the loop's
+    -- trace exits at every line, until some other dispatch update
+    -- (csrc/luasafe.c, ls_unstick; without it: 0.1 % of 1305 samples in
+    -- the loop, which ran 9 times slower)
+    local LP = pe.core._private
+    local p = assert(pe.profile.start({ freq = 999 }))
+    local on_bc = function() end
+    jit.attach(on_bc, "bc")
+    finally(function() jit.attach(on_bc) p:stop() end)
+    assert.equal(true, LP.luasafe_stats().unstick)   -- (or why not: the flag and dispatch were found at arm)
+    sp_lua(100000)   -- compiled
+    -- any other dispatch update also ends the state: none meanwhile from a
+    -- GC finalizer's run or a trace's recording (sp_lua's trace still runs)
+    collectgarbage()
+    collectgarbage("stop")
+    jit.off()
+    finally(function() jit.on() collectgarbage("restart") end)
+    local before = LP.luasafe_stats().unstuck
+    -- a sample's signal, then, in the same C call, a load whose bc event runs on_bc
+    LP.luasafe_signal(loadstring, "return 1")
+    local st = LP.luasafe_stats()
+    -- (or a sample's signal has cleared it already)
+    assert.is_true(st.stuck or st.unstuck > before, "LuaJIT updated its dispatch after the vmevent: nothing to clear")
+    local t0 = clock()
+    sp_lua(2e7)   -- one call, ~0.15 s: no trace event meanwhile
+    local spent = clock() - t0
+    jit.attach(on_bc)
+    p:stop()
+    local got, n = incl(p, "sp_lua")
+    assert.is_true(got >= 90 and n >= 0.5 * 999 * spent,
+      sformat("%.1f%% of %d samples in sp_lua (%.3f s of os.clock); most frequent: %s", got, n, spent,
+              top_stacks(p, 3)))
+    st = LP.luasafe_stats()
+    assert.is_true(st.unstuck > before, "the flag was not cleared")
+    assert.is_false(st.stuck)
+  end)
+
   it("reports the capture's own cost per sample", function()
     local p = check_shares({ { "sp_sort", sp_sort, 20000 } }, 0.3)
     assert.is_true(p.captures > 0)

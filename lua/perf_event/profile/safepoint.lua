@@ -466,6 +466,7 @@ function M.drain(p, final)
   p.handler_total_ns, p.handlers, p.handlers_slow = st.handler_ns, st.handlers, st.handlers_slow
   p.handler_ns = p.handlers > 0 and p.handler_total_ns / p.handlers or 0
   p.sig_dropped, p.sig_throttled, p.sig_merged, p.sig_matched = st.dropped, st.throttled, st.merged, st.matched
+  p.hook_unstuck = st.unstuck
   p.lost = st.lost
   p.nring = (p.nring or 0) + st.ring_samples
   p.nsigs = (p.nsigs or 0) + st.records
