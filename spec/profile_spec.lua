@@ -158,8 +158,12 @@ describe("pe.profile", function()
         string.format("%s: -jp %.1f%% ours %.1f%%\n%s", k, jp[k], ours[k], jp_text))
     end
     local n, traced = check_lines(report, "trace")
-    -- almost everything came through the trace registry
-    assert.is_true(traced >= 0.9 * n, "trace " .. traced .. " of " .. n)
+    -- almost everything came through the trace registry: in a trace's
+    -- machine code, or in a helper a trace called, the trace found on the
+    -- stack ("caller": alpha's integer i % 7 calls lj_vm_modi, 10-15 % of
+    -- the samples on a 2.5 GHz Xeon VM)
+    local caller = tonumber(report[2]:match("caller=(%d+)"))
+    assert.is_true(traced + caller >= 0.9 * n, ("trace %d, caller %d, of %d"):format(traced, caller, n))
   end)
 
   it("interpreted (jit.off): per-function shares within 5 points of luajit -jp, lines inside the function", function()
