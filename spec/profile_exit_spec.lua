@@ -128,6 +128,20 @@ local function hot_samples(text)
   return hot, total
 end
 
+-- the n most frequent stacks of a folded text without exit_hot, as
+-- "count stack" (cut to 160 characters), for a failure's message
+local function elsewhere(text, n)
+  local t = {}
+  for l in text:gmatch("[^\n]+") do
+    local stack, c = l:match("^(.-) (%d+)$")
+    if stack and not stack:find("exit_hot@", 1, true) then t[#t + 1] = { tonumber(c), stack:sub(-160) } end
+  end
+  table.sort(t, function(a, b) return a[1] > b[1] end)
+  local out = {}
+  for i = 1, math.min(n, #t) do out[i] = t[i][1] .. " " .. t[i][2] end
+  return table.concat(out, "; ")
+end
+
 -- every run ended on its own within BOUND with its variant's exit status and
 -- wrote exit_hot's samples: at least a third of what os.clock's measure of
 -- its CPU time makes at 999 Hz (cpu-clock's frequency mode starts slow).
@@ -158,8 +172,8 @@ local function check(results, routes, runs)
         stolen = stolen + 1
       elseif hot < (r.cpu - r.sys) * 999 / 3 then
         why = ("%d samples with exit_hot of %d, %.3f s measured in it, %.2f s of it system time; "
-               .. "the script's own cpu-clock counted %s s")
-              :format(hot, total, r.cpu, r.sys, tostring(r.counted))
+               .. "the script's own cpu-clock counted %s s; the others' most frequent stacks: %s")
+              :format(hot, total, r.cpu, r.sys, tostring(r.counted), elsewhere(r.folded, 3))
       end
     end
     if why then
