@@ -183,7 +183,7 @@ local function measure(cases)
   local t = err
   local total = 0
   for _, c in ipairs(cases) do total = total + t[c.name] end
-  local hits, n, nolua, nolua_stacks = {}, 0, 0, {}
+  local hits, n, nolua, nolua_stacks, others = {}, 0, 0, {}, {}
   for _, c in ipairs(cases) do hits[c.name] = 0 end
   for _, frames in ipairs(p.samples) do
     local seen, any, lua = {}, false, false
@@ -195,6 +195,13 @@ local function measure(cases)
       end
     end
     if any then n = n + 1 end
+    if lua and not any then
+      -- (for the message: the stacks of samples in none of the cases)
+      local names = {}
+      for _, f in ipairs(frames) do names[#names + 1] = f.c or tostring(f.lua.name) end
+      local k = concat(names, ";")
+      others[k] = (others[k] or 0) + 1
+    end
     if not lua then
       nolua = nolua + 1
       if nolua <= 3 then
@@ -209,15 +216,20 @@ local function measure(cases)
     want[c.name] = 100 * t[c.name] / total
     got[c.name] = n > 0 and 100 * hits[c.name] / n or 0
   end
-  return want, got, n, nolua, p, nolua_stacks, steal
+  local top = {}
+  for k, c in pairs(others) do top[#top + 1] = { c, k } end
+  table.sort(top, function(a, b) return a[1] > b[1] end)
+  for i = 4, #top do top[i] = nil end
+  for i, e in ipairs(top) do top[i] = e[1] .. " " .. e[2] end
+  return want, got, n, nolua, p, nolua_stacks, steal, concat(top, " | ")
 end
 
 local function check(cases)
   local p
   -- one window: ok, the message, the share of it stolen (U.judge_shares)
   local function attempt()
-    local want, got, n, nolua, nolua_stacks, steal
-    want, got, n, nolua, p, nolua_stacks, steal = measure(cases)
+    local want, got, n, nolua, nolua_stacks, steal, others
+    want, got, n, nolua, p, nolua_stacks, steal, others = measure(cases)
     local lines, off = {}, false
     for _, c in ipairs(cases) do
       lines[#lines + 1] = format("%s %.1f%% of the samples, %.1f%% of os.clock", c.name, got[c.name], want[c.name])
@@ -229,7 +241,9 @@ local function check(cases)
                        p.ncaps or 0, p.hook_shed or 0, p.hook_signals, p.hook_sigio, p.hook_foreign, p.lost,
                        steal and format("%.1f%%", 100 * steal) or "unknown")
     if os.getenv("PE_DEBUG") then print(msg) end   -- the figures in doc/profiling.md
-    if n < 300 then return false, "too few samples: " .. msg, nil end
+    if n < 300 then
+      return false, "too few samples: " .. msg .. "; the others' most frequent stacks: " .. others, nil
+    end
     if nolua >= 0.02 * p.nsamples then return false, msg, nil end
     return not off, msg, steal
   end
