@@ -35,6 +35,7 @@ local rawget, tostring, tonumber, pairs, pcall, require = rawget, tostring, tonu
 local M = {}
 
 local jit = rawget(_G, "jit")
+local vmevent = require("perf_event.vmevent")
 
 local state   -- the running map, or nil
 
@@ -150,7 +151,7 @@ function M.start(opts)
     reg:seed(off, seen)
     write_protos(st)
     st.bc_cb = function(pt) forked() reg:add_tree(pt, off, seen) write_protos(st) end
-    jit.attach(st.bc_cb, "bc")
+    vmevent.subscribe("bc", st.bc_cb)
     st.info.bytecode = true
   else
     st.info.reason = lay.reason
@@ -163,7 +164,7 @@ function M.start(opts)
     -- the map keeps the old lines; the registry's closed traces are not needed
     if reg.dead[1] then reg.dead = {} end
   end
-  jit.attach(st.trace_cb, "trace")
+  vmevent.subscribe("trace", st.trace_cb)
   state = st
   return st.info
 end
@@ -174,8 +175,8 @@ function M.stop()
   local st = state
   if not st then return end
   state = nil
-  if st.bc_cb then jit.attach(st.bc_cb) end
-  jit.attach(st.trace_cb)
+  if st.bc_cb then vmevent.unsubscribe("bc", st.bc_cb) end
+  vmevent.unsubscribe("trace", st.trace_cb)
   st.file:close()
 end
 

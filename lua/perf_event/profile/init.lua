@@ -106,30 +106,10 @@ local function drain_fns()
   return t
 end
 
--- LuaJIT keeps one callback per VM event ("trace", "bc"): a second
--- profile's jit.attach would replace the first's (which then misses every
--- trace compiled from there on), and its stop would leave none. The running
--- profiles share one callback per event, which calls each of theirs; the
--- lists are replaced, never changed, so a call goes through the list it began with
-local subs = { trace = {}, bc = {} }
-local dispatch = {
-  trace = function(...) local l = subs.trace for i = 1, #l do l[i](...) end end,
-  bc = function(...) local l = subs.bc for i = 1, #l do l[i](...) end end,
-}
-
-local function subscribe(what, cb)
-  local l = { cb }
-  for i, f in ipairs(subs[what]) do l[i + 1] = f end
-  subs[what] = l
-  if #l == 1 then jit.attach(dispatch[what], what) end
-end
-
-local function unsubscribe(what, cb)
-  local l = {}
-  for _, f in ipairs(subs[what]) do if f ~= cb then l[#l + 1] = f end end
-  subs[what] = l
-  if #l == 0 then jit.attach(dispatch[what]) end
-end
+-- LuaJIT keeps one handler per VM event ("trace", "bc"): the profiles,
+-- luamap and the program's own handler share it (perf_event.vmevent)
+local vmevent = require("perf_event.vmevent")
+local subscribe, unsubscribe = vmevent.subscribe, vmevent.unsubscribe
 
 -- the default on LuaJIT: stacks taken at a safe point through LuaJIT's
 -- profiler hook (profile/safepoint.lua, csrc/luasafe.c): no prototype

@@ -150,9 +150,10 @@ local function lines_selftest(LP)
   if not okj or not jit.status() then return "the JIT is off" end
   local tr
   local function on_trace(what, t, fn) if what == "stop" and fn == st_lines_loop then tr = t end end
-  jit.attach(on_trace, "trace")
+  local vmevent = require("perf_event.vmevent")
+  vmevent.subscribe("trace", on_trace)
   local ok, err = pcall(st_lines_loop, 2000)
-  jit.attach(on_trace)
+  vmevent.unsubscribe("trace", on_trace)
   if not ok then return "compiled lines: " .. tostring(err) end
   if not tr then return "compiled lines: the self-test's loop was not compiled" end
   local mc, addr = util.tracemc(tr)
