@@ -84,16 +84,44 @@ end
 -- the variant, $O for the folded output and $C for the CPU-seconds file),
 -- PARALLEL at a time, each under `timeout -s KILL`; returns per run
 -- { route, variant, i, rc, secs, folded = text|nil, cpu = seconds|nil }
+-- The driver's `hung LOG CPU`: what the processes of a run 2 s before its
+-- kill are doing (the ones whose command holds the run's CPU file: the
+-- script, then luaperf), for the failure's message: each one's
+-- command, state and kernel wait channel, and where it runs (perf's
+-- samples of it for 0.5 s, by module and symbol; the luajit binary is
+-- stripped: its offsets map to LuaJIT's functions by hand)
+local HUNG = [=[
+hung() {
+  for p in $(pgrep -f -- "$2" | sort -rn); do
+    case "$(cat "/proc/$p/comm" 2>/dev/null)" in luajit|lua5.1|lua5.4) ;; *) continue ;; esac
+    echo "== $p: $(tr '\0' ' ' < "/proc/$p/cmdline" | cut -c1-200)"
+    echo "   state $(awk '/^State/ {print $2}' "/proc/$p/status") wchan $(cat "/proc/$p/wchan" 2>/dev/null)"
+    if command -v perf > /dev/null; then
+      perf record -o "$1.perf.$p" -p "$p" -- sleep 0.5 > /dev/null 2>&1
+      perf report -i "$1.perf.$p" --stdio --sort dso,sym 2>/dev/null | grep -v '^#' | grep -v '^$' | head -n 8
+      rm -f "$1.perf.$p"
+    fi
+  done
+}
+]=]
+
 local function run_all(dir, routes, runs)
-  local lines = { "#!/bin/sh", "cd " .. q(U.sh("pwd"):gsub("\n$", "")), "n=0" }
+  local lines = { "#!/bin/sh", "cd " .. q(U.sh("pwd"):gsub("\n$", "")), "n=0", HUNG }
   for _, r in ipairs(routes) do
     for i = 1, runs do
       local v = VARIANTS[(i - 1) % #VARIANTS + 1]
       local id = r.name .. "." .. v .. "." .. i
       local o, c = dir .. "/" .. id .. ".folded", dir .. "/" .. id .. ".cpu"
-      lines[#lines + 1] = ("( V=%s O=%s C=%s; s=$(date +%%s%%N); timeout -s KILL %d %s >%s 2>&1; rc=$?; "
-        .. "e=$(date +%%s%%N); echo \"%s %s %d $rc $(( (e - s) / 1000000 ))\" >> %s ) &")
-        :format(v, q(o), q(c), BOUND, r.cmd, q(dir .. "/" .. id .. ".log"), r.name, v, i, q(dir .. "/results"))
+      local log = q(dir .. "/" .. id .. ".log")
+      -- (a run still there 2 s before its kill: `hung` adds to its log,
+      -- also after the kill; else the watcher goes)
+      lines[#lines + 1] = ("( V=%s O=%s C=%s; s=$(date +%%s%%N); timeout -s KILL %d %s >%s 2>&1 & t=$!; "
+        .. "( sleep %d; kill -0 $t 2>/dev/null && { : > %s.hung; hung %s \"$C\" >> %s.hung 2>&1; } ) & w=$!; "
+        .. "wait $t; rc=$?; e=$(date +%%s%%N); [ -f %s.hung ] || kill $w 2>/dev/null; wait $w 2>/dev/null; "
+        .. "[ -f %s.hung ] && cat %s.hung >> %s; "
+        .. "echo \"%s %s %d $rc $(( (e - s) / 1000000 ))\" >> %s ) &")
+        :format(v, q(o), q(c), BOUND, r.cmd, log, BOUND - 2, log, log, log, log, log, log, log, r.name, v, i,
+                q(dir .. "/results"))
       lines[#lines + 1] = "n=$((n + 1)); if [ $n -ge " .. PARALLEL .. " ]; then wait; n=0; fi"
     end
   end
@@ -177,8 +205,9 @@ local function check(results, routes, runs)
       end
     end
     if why then
+      -- (a hung run's log holds what `hung` saw)
       problems[#problems + 1] = ("%s %s #%d: %s (%.1f s)\n%s"):format(r.route, r.variant, r.i, why, r.secs,
-                                                                      r.log:sub(1, 400))
+                                                                      r.log:sub(1, r.rc == 137 and 4000 or 400))
     end
   end
   assert.are.equal(0, #problems, #problems .. " bad runs of " .. #results .. " (slowest "
