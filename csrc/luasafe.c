@@ -436,8 +436,15 @@ static void ls_record(ls_prof *p, const ucontext_t *uc, uint64_t now)
     if (l && !ls_leaf_at(r, l, (uint64_t)uc->uc_mcontext.gregs[REG_RDX]))
       ls_leaf_at(r, l, LD64(l + LS_L_BASE));
   }
-  if (r->out || ls_in_cap || !ls_active || !ls_owned()) {
+  if (r->out || !ls_active || !ls_owned()) {
     r->state = LS_DONE;
+  } else if (ls_in_cap) {
+    /* a sample taken while a capture (another profile's) runs on this
+     * thread: the capture takes it too (ls_capture's second pass), its ip
+     * the leaf under the stack; the C function found is the capture's */
+    r->leaf = r->leaf_l = 0;
+    r->leaf_off = 0;
+    r->state = LS_PENDING;
   } else {
     r->state = LS_PENDING;
     ls_unstick();
@@ -801,59 +808,68 @@ static uint32_t ls_intern_line(int n, uint32_t flags, int32_t line)
 }
 
 /* the safe point (luaJIT_profile_callback): the pending records of every
- * armed profile get the stack of L */
+ * armed profile get the stack of L.  A second pass takes the records of
+ * the signals that came meanwhile (two profiles' clocks in step: the
+ * kernel restarts both together after the thread was switched out, and
+ * one's samples then fall in the other's capture, 40-60 % of them in a
+ * loaded run); one that comes after it arms the hook as usual */
 static void ls_capture(void *data, lua_State *L, int samples, int vmstate)
 {
   uint64_t t0 = ls_now();
   uint32_t flags = 0, full = 0, cached_id = 0;
   int32_t cached_line = -1;
-  int n = -1, k;
+  int n = -1, k, pass;
   (void)data; (void)samples; (void)vmstate;
   ls_in_cap = 1;
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  for (k = 0; k < LS_MAXP; k++) {
-    ls_prof *p = &ls_p[k];
-    uint32_t i, head;
-    if (!p->on) continue;
-    __atomic_signal_fence(__ATOMIC_ACQUIRE);
-    head = p->head;
-    for (i = p->tail; i != head; i++) {
-      ls_rec *r = &p->ring[i % LS_SLOTS];
-      if (r->state != LS_PENDING) continue;
-      if (n < 0) { n = ls_stack_of(L, &flags); full = ls_intern_frames(n, flags); }
-      r->stack = full;
-      if (r->bcpc && n > 0 && ls_frames[n - 1].w[0] == LS_FLUA) {
-        /* a sample in a trace: the line its machine code was at, when in
-         * the function the capture found running (the trace has no check
-         * between a function's lines) */
-        int32_t line = ls_pc_line(ls_frames[n - 1].fn, r->bcpc);
-        if (line > 0 && (uint32_t)line != ls_frames[n - 1].w[4]) {
-          if (line != cached_line) { cached_line = line; cached_id = ls_intern_line(n, flags, line); }
-          r->stack = cached_id;
-        }
-      }
-      if (r->leaf) {
-        /* the C function the signal found: still on the stack (table.sort
-         * running a Lua comparator) the stack ends at its frame; else it
-         * returned and is the leaf under the stack */
-        int j;
-        for (j = n - 1; j >= 0; j--) {
-          if (ls_frames[j].l == r->leaf_l && ls_frames[j].off == r->leaf_off) {
-            uint64_t fn = (uint64_t)ls_frames[j].w[2] | ((uint64_t)ls_frames[j].w[3] << 32);
-            if (ls_frames[j].w[0] != LS_FLUA && fn == r->leaf) {
-              r->stack = j == n - 1 ? full : ls_intern_frames(j + 1, flags & ~LS_TRUNC);
-              r->cut = 1;
-            }
-            break;
+  for (pass = 0; pass < 2; pass++) {
+    if (pass == 1) {
+      __atomic_signal_fence(__ATOMIC_SEQ_CST);
+      ls_in_cap = 0;
+      __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    }
+    for (k = 0; k < LS_MAXP; k++) {
+      ls_prof *p = &ls_p[k];
+      uint32_t i, head;
+      if (!p->on) continue;
+      __atomic_signal_fence(__ATOMIC_ACQUIRE);
+      head = p->head;
+      for (i = p->tail; i != head; i++) {
+        ls_rec *r = &p->ring[i % LS_SLOTS];
+        if (r->state != LS_PENDING) continue;
+        if (n < 0) { n = ls_stack_of(L, &flags); full = ls_intern_frames(n, flags); }
+        r->stack = full;
+        if (r->bcpc && n > 0 && ls_frames[n - 1].w[0] == LS_FLUA) {
+          /* a sample in a trace: the line its machine code was at, when in
+           * the function the capture found running (the trace has no check
+           * between a function's lines) */
+          int32_t line = ls_pc_line(ls_frames[n - 1].fn, r->bcpc);
+          if (line > 0 && (uint32_t)line != ls_frames[n - 1].w[4]) {
+            if (line != cached_line) { cached_line = line; cached_id = ls_intern_line(n, flags, line); }
+            r->stack = cached_id;
           }
         }
+        if (r->leaf) {
+          /* the C function the signal found: still on the stack (table.sort
+           * running a Lua comparator) the stack ends at its frame; else it
+           * returned and is the leaf under the stack */
+          int j;
+          for (j = n - 1; j >= 0; j--) {
+            if (ls_frames[j].l == r->leaf_l && ls_frames[j].off == r->leaf_off) {
+              uint64_t fn = (uint64_t)ls_frames[j].w[2] | ((uint64_t)ls_frames[j].w[3] << 32);
+              if (ls_frames[j].w[0] != LS_FLUA && fn == r->leaf) {
+                r->stack = j == n - 1 ? full : ls_intern_frames(j + 1, flags & ~LS_TRUNC);
+                r->cut = 1;
+              }
+              break;
+            }
+          }
+        }
+        __atomic_signal_fence(__ATOMIC_RELEASE);
+        r->state = LS_DONE;
       }
-      __atomic_signal_fence(__ATOMIC_RELEASE);
-      r->state = LS_DONE;
     }
   }
-  __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  ls_in_cap = 0;
   {
     /* a capture of more than 1 ms was preempted (CLOCK_MONOTONIC time on
      * shared CPUs): counted apart, its time left out */

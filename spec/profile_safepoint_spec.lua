@@ -609,8 +609,10 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     -- each got a signal for every sample (~300 each), none lost to another
     -- (with two sigtrap events, one profile lost a third of them), and
     -- its stacks. A sample taken while the other profile's capture runs
-    -- has its leaf only (the capture's code): under ASan and load, 39 of
-    -- 268 once, so the stacks are counted among those captured.  SIGTRAP
+    -- (39 of 268 once under ASan and load; 40-60 % when the kernel has
+    -- restarted the two clocks together) gets that capture's stack, the
+    -- capture's own code as its leaf (until session 13 its leaf only: 56 of
+    -- 261 with a stack once).  SIGTRAP
     -- is not a queued signal: while a handler runs (all three signals
     -- blocked) a second one due merges with the first. A handler preempted
     -- for a millisecond or more (counted among handlers_slow, over 100 us)
@@ -639,7 +641,9 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
         assert.equal(0, nosig, why)
       end
       assert.is_true(e.nsamples > 150 and e.nsafe >= 0.5 * e.nsamples, why)
-      assert.is_true(stacks_with(e, "sp_lua$") >= 0.95 * e.nsafe, why)
+      -- (a sample taken in the other profile's capture: sp_lua, then the
+      -- capture's own C function as the leaf)
+      assert.is_true(stacks_with(e, "sp_lua$") + stacks_with(e, "sp_lua;[^;]+$") >= 0.95 * e.nsafe, why)
     end
   end)
 
