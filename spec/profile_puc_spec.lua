@@ -143,7 +143,18 @@ describe("pe.profile on PUC Lua (hook mode)", function()
           p:stop()
           local total = t.alpha + t.beta + t.gamma
           local got, n = shares(p, { "alpha", "beta", "gamma" })
-          if n < 300 then return false, "samples in the three functions: " .. n .. " of " .. p.nsamples, nil end
+          if n < 300 then
+            -- (the others' most frequent leaves, for the message)
+            local others = {}
+            for _, e in ipairs(p:top()) do
+              local name = e.name:match("^([%w_]+)@")
+              if name ~= "alpha" and name ~= "beta" and name ~= "gamma" and #others < 4 then
+                others[#others + 1] = e.count .. " " .. e.name
+              end
+            end
+            return false, ("samples in the three functions: %d of %d; the most frequent other leaves: %s")
+                          :format(n, p.nsamples, table.concat(others, "; ")), nil
+          end
           local msg, off = {}, false
           for _, name in ipairs({ "alpha", "beta", "gamma" }) do
             local want = 100 * t[name] / total
