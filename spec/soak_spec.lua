@@ -75,8 +75,9 @@ describe("soak", function()
     -- 10 kHz unless the kernel allows less now (it lowers the limit itself
     -- when samples take long); throttle records may come and are not losses
     local rate = math.min(10000, pe.sysctl().max_sample_rate)
+    local PAGES = 64
     local ev = assert(pe.open({ event = "task-clock", sample_freq = rate,
-      sample_type = "ip|tid|time|period", disabled = true }, { pages = 64 }))
+      sample_type = "ip|tid|time|period", disabled = true }, { pages = PAGES }))
     local samples, lost_recs = 0, 0
     -- for a loss's message: the longest wall time between two drains' ends,
     -- and the most samples one drain took
@@ -108,8 +109,8 @@ describe("soak", function()
     assert(ev:disable())
     drain()
     local seen = ("lost %s in %d LOST records; %d samples at %d Hz; the longest time between drains %.1f ms, "
-                  .. "the most samples in one drain %d (64 pages of 40-byte records)")
-                 :format(tostring(ev:lost()), lost_recs, samples - before, rate, gap * 1e3, most)
+                  .. "the most samples in one drain %d (%d pages of 40-byte records)")
+                 :format(tostring(ev:lost()), lost_recs, samples - before, rate, gap * 1e3, most, PAGES)
     assert.equal(0, ev:lost(), seen)
     assert.equal(0, lost_recs, seen)
     assert.is_true(samples - before > rate / 10 * SECONDS)   -- it did sample (>= a tenth of the rate)
