@@ -332,8 +332,9 @@ static uint64_t ls_trace_pc(int32_t t, uint64_t ip, uint64_t sp)
  * loop exits at every line (profile_safepoint_spec, with this off: 0.1 %
  * of 1305 samples in its loop, which ran 9 times slower).  A trace exit that finds the flag set also skips the GC step
  * of an atomic phase: a trace that exits at its loop's GC check would
- * re-enter and exit for good (the likely cause, not reproduced, of the
- * soak spec's one 20-minute spin in lj_trace_exit).
+ * re-enter and exit for good.  (Not the cause of the spins in
+ * lj_trace_exit seen in the suites: one came with this repair in, the
+ * flag set and the table calling the hook; doc/profiling.md.)
  * The addresses of the flag, of the dispatch mode (the byte after it) and
  * of the first dispatch entry, with the value the hook puts there, are
  * found at arm (ls_find_hook); ls_unstick, before each profile_signal,
