@@ -330,9 +330,10 @@ static uint64_t ls_trace_pc(int32_t t, uint64_t ip, uint64_t sp)
  * until some other dispatch update (a trace recorded, a finalizer run),
  * the records wait and take a later stack, and in mode "l" a compiled
  * loop exits at every line (profile_safepoint_spec, with this off: 0.1 %
- * of 1305 samples in its loop, which ran 9 times slower).  A trace exit that finds the flag set also skips the GC step
- * of an atomic phase: a trace that exits at its loop's GC check would
- * re-enter and exit for good.  (Not the cause of the spins in
+ * of 1305 samples in its loop, which ran 9 times slower).  A trace exit
+ * that finds the flag set also skips the GC step of an atomic phase: a
+ * trace that exits at its loop's GC check would re-enter and exit for
+ * good.  (Not the cause of the spins in
  * lj_trace_exit seen in the suites: one came with this repair in, the
  * flag set and the table calling the hook; doc/profiling.md.)
  * The addresses of the flag, of the dispatch mode (the byte after it) and
@@ -808,6 +809,66 @@ static uint32_t ls_intern_line(int n, uint32_t flags, int32_t line)
   return id;
 }
 
+/* one capture's stack, walked at the first pending record (n < 0 before) */
+typedef struct ls_cap {
+  lua_State *L;
+  int n;
+  uint32_t flags, full, cached_id;
+  int32_t cached_line;
+} ls_cap;
+
+/* completes record r with the capture's stack */
+static void ls_complete(ls_cap *c, ls_rec *r)
+{
+  int n;
+  if (c->n < 0) { c->n = ls_stack_of(c->L, &c->flags); c->full = ls_intern_frames(c->n, c->flags); }
+  n = c->n;
+  r->stack = c->full;
+  if (r->bcpc && n > 0 && ls_frames[n - 1].w[0] == LS_FLUA) {
+    /* a sample in a trace: the line its machine code was at, when in
+     * the function the capture found running (the trace has no check
+     * between a function's lines) */
+    int32_t line = ls_pc_line(ls_frames[n - 1].fn, r->bcpc);
+    if (line > 0 && (uint32_t)line != ls_frames[n - 1].w[4]) {
+      if (line != c->cached_line) { c->cached_line = line; c->cached_id = ls_intern_line(n, c->flags, line); }
+      r->stack = c->cached_id;
+    }
+  }
+  if (r->leaf) {
+    /* the C function the signal found: still on the stack (table.sort
+     * running a Lua comparator) the stack ends at its frame; else it
+     * returned and is the leaf under the stack */
+    int j;
+    for (j = n - 1; j >= 0; j--) {
+      if (ls_frames[j].l == r->leaf_l && ls_frames[j].off == r->leaf_off) {
+        uint64_t fn = (uint64_t)ls_frames[j].w[2] | ((uint64_t)ls_frames[j].w[3] << 32);
+        if (ls_frames[j].w[0] != LS_FLUA && fn == r->leaf) {
+          r->stack = j == n - 1 ? c->full : ls_intern_frames(j + 1, c->flags & ~LS_TRUNC);
+          r->cut = 1;
+        }
+        break;
+      }
+    }
+  }
+  __atomic_signal_fence(__ATOMIC_RELEASE);
+  r->state = LS_DONE;
+}
+
+/* completes the pending records of every armed profile */
+static void ls_complete_all(ls_cap *c)
+{
+  int k;
+  for (k = 0; k < LS_MAXP; k++) {
+    ls_prof *p = &ls_p[k];
+    uint32_t i, head;
+    if (!p->on) continue;
+    __atomic_signal_fence(__ATOMIC_ACQUIRE);
+    head = p->head;
+    for (i = p->tail; i != head; i++)
+      if (p->ring[i % LS_SLOTS].state == LS_PENDING) ls_complete(c, &p->ring[i % LS_SLOTS]);
+  }
+}
+
 /* the safe point (luaJIT_profile_callback): the pending records of every
  * armed profile get the stack of L.  A second pass takes the records of
  * the signals that came meanwhile (two profiles' clocks in step: the
@@ -817,60 +878,15 @@ static uint32_t ls_intern_line(int n, uint32_t flags, int32_t line)
 static void ls_capture(void *data, lua_State *L, int samples, int vmstate)
 {
   uint64_t t0 = ls_now();
-  uint32_t flags = 0, full = 0, cached_id = 0;
-  int32_t cached_line = -1;
-  int n = -1, k, pass;
+  ls_cap c = { L, -1, 0, 0, 0, -1 };
   (void)data; (void)samples; (void)vmstate;
   ls_in_cap = 1;
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  for (pass = 0; pass < 2; pass++) {
-    if (pass == 1) {
-      __atomic_signal_fence(__ATOMIC_SEQ_CST);
-      ls_in_cap = 0;
-      __atomic_signal_fence(__ATOMIC_SEQ_CST);
-    }
-    for (k = 0; k < LS_MAXP; k++) {
-      ls_prof *p = &ls_p[k];
-      uint32_t i, head;
-      if (!p->on) continue;
-      __atomic_signal_fence(__ATOMIC_ACQUIRE);
-      head = p->head;
-      for (i = p->tail; i != head; i++) {
-        ls_rec *r = &p->ring[i % LS_SLOTS];
-        if (r->state != LS_PENDING) continue;
-        if (n < 0) { n = ls_stack_of(L, &flags); full = ls_intern_frames(n, flags); }
-        r->stack = full;
-        if (r->bcpc && n > 0 && ls_frames[n - 1].w[0] == LS_FLUA) {
-          /* a sample in a trace: the line its machine code was at, when in
-           * the function the capture found running (the trace has no check
-           * between a function's lines) */
-          int32_t line = ls_pc_line(ls_frames[n - 1].fn, r->bcpc);
-          if (line > 0 && (uint32_t)line != ls_frames[n - 1].w[4]) {
-            if (line != cached_line) { cached_line = line; cached_id = ls_intern_line(n, flags, line); }
-            r->stack = cached_id;
-          }
-        }
-        if (r->leaf) {
-          /* the C function the signal found: still on the stack (table.sort
-           * running a Lua comparator) the stack ends at its frame; else it
-           * returned and is the leaf under the stack */
-          int j;
-          for (j = n - 1; j >= 0; j--) {
-            if (ls_frames[j].l == r->leaf_l && ls_frames[j].off == r->leaf_off) {
-              uint64_t fn = (uint64_t)ls_frames[j].w[2] | ((uint64_t)ls_frames[j].w[3] << 32);
-              if (ls_frames[j].w[0] != LS_FLUA && fn == r->leaf) {
-                r->stack = j == n - 1 ? full : ls_intern_frames(j + 1, flags & ~LS_TRUNC);
-                r->cut = 1;
-              }
-              break;
-            }
-          }
-        }
-        __atomic_signal_fence(__ATOMIC_RELEASE);
-        r->state = LS_DONE;
-      }
-    }
-  }
+  ls_complete_all(&c);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  ls_in_cap = 0;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  ls_complete_all(&c);
   {
     /* a capture of more than 1 ms was preempted (CLOCK_MONOTONIC time on
      * shared CPUs): counted apart, its time left out */
