@@ -233,6 +233,10 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
       errno = saved;
       return;
     }
+    /* LuaJIT's hook flag left set without its dispatch (the profiler of
+     * jit.profile or -jp, with this profile's registry callbacks): a
+     * compiled loop could spin in lj_trace_exit (csrc/ljhook.c) */
+    pe_ljhook_repair();
   }
   if (lp_on && lp_head - lp_tail < LP_SLOTS) {
     ucontext_t *uc = ctx;
@@ -396,6 +400,7 @@ static int l_arm(lua_State *L)
   lp_jb_mode = lua_isnoneornil(L, 4) ? 1 : pe_check_int(L, 4, "jit_base_mode", 0, 2);
   lp_lb_mode = lua_isnoneornil(L, 5) ? 0 : pe_check_int(L, 5, "lbase_mode", 0, 2);
   lp_pid = getpid();                 /* lp_read needs it from here on */
+  pe_ljhook_find(L);                 /* (when not found, no repair: as before) */
   lp_jit_base = lp_find_jit_base(L);
   lp_cur_l = lp_jit_base ? lp_jit_base - 8 : 0;
   lp_vmstate = lp_find_vmstate(lp_cur_l);

@@ -316,93 +316,12 @@ static uint64_t ls_trace_pc(int32_t t, uint64_t ip, uint64_t sp)
   return ls_snap_pc(tr, snap + LS_SNAP_SIZE * (uint64_t)(lo - 1));
 }
 
-/* LuaJIT keeps its hook flag (G->hookmask's HOOK_PROFILE) and its
- * dispatch table apart, and two of its own paths leave the flag set with
- * a dispatch that never calls the hook (LuaJIT 2.1 as of 2026-11):
- * - a vmevent that begins with the flag set (jit.attach's Lua callback:
- *   -jv's, jit.dump's, a profile's registry in mode "full"): the
- *   callback's first hooked instruction only clears the flag and the
- *   dispatch (HOOK_VMEVENT is set), and lj_vmevent_call then restores the
- *   flag with no dispatch update;
- * - a profile_signal that interrupts lj_dispatch_update: the interrupted
- *   update goes on with the mode it read before and overwrites the table.
- * profile_signal then does nothing (the flag is set): no capture comes
- * until some other dispatch update (a trace recorded, a finalizer run),
- * the records wait and take a later stack, and in mode "l" a compiled
- * loop exits at every line (profile_safepoint_spec, with this off: 0.1 %
- * of 1305 samples in its loop, which ran 9 times slower).  A trace exit
- * that finds the flag set also skips the GC step of an atomic phase: a
- * trace that exits at its loop's GC check would re-enter and exit for
- * good.  (Not the cause of the spins in
- * lj_trace_exit seen in the suites: one came with this repair in, the
- * flag set and the table calling the hook; doc/profiling.md.)
- * The addresses of the flag, of the dispatch mode (the byte after it) and
- * of the first dispatch entry, with the value the hook puts there, are
- * found at arm (ls_find_hook); ls_unstick, before each profile_signal,
- * clears a flag the dispatch does not follow and makes the mode unknown
- * (0x80, no mode's), so that profile_signal sets the flag and its update
- * rewrites the whole instruction table.  (The call table is rewritten
- * when the new mode hooks calls; stale call hooks under a mode that does
- * not only send calls through lj_dispatch_call, which returns the plain
- * target, until the next update.) */
-#define LS_HOOK_PROFILE 0x80
-static uint64_t ls_hm, ls_disp, ls_profhook;   /* &G->hookmask (0: not found), &dispatch[0], lj_vm_profhook */
+/* LuaJIT's hook flag left set with a dispatch table that does not call
+ * the hook (csrc/ljhook.c): found at arm, repaired before each
+ * profile_signal, so that profile_signal sets the flag and its dispatch
+ * update rewrites the whole table (else no capture would come, and a
+ * compiled loop could spin in lj_trace_exit for good) */
 static const char *ls_hook_why = "not armed yet";
-static volatile uint64_t ls_nunstuck;           /* flags cleared so */
-
-static int ls_stuck(void)
-{
-  return ls_hm && (LD8(ls_hm) & LS_HOOK_PROFILE) && LD64(ls_disp) != ls_profhook;
-}
-
-static void ls_unstick(void)
-{
-  if (!ls_stuck()) return;
-  *(volatile uint8_t *)(uintptr_t)ls_hm = (uint8_t)(LD8(ls_hm) & ~LS_HOOK_PROFILE);
-  *(volatile uint8_t *)(uintptr_t)(ls_hm + 1) = 0x80;
-  ls_nunstuck = ls_nunstuck + 1;
-}
-
-/* at arm, right after luaJIT_profile_start (no hook flag is set unless
- * the arm runs in a vmevent or a finalizer: then nothing is found): G's
- * first LS_HOOK_SCAN bytes, read before and after
- * one profile_signal.  The flag is the one byte of the first 512 that
- * gained only HOOK_PROFILE while the byte after it (the dispatch mode)
- * gained DISPMODE_PROF (0x40); the dispatch table's instructions are the
- * first run of 64 words that all changed to one value, the hook's
- * address.  The hook set here calls ls_capture at the next instruction,
- * with nothing to take.  NULL, or what was not found */
-#define LS_HOOK_SCAN 32768
-static const char *ls_find_hook(void)
-{
-  uint64_t *a = malloc(LS_HOOK_SCAN), *b = malloc(LS_HOOK_SCAN), hm = 0;
-  const uint8_t *ab = (const uint8_t *)a, *bb = (const uint8_t *)b;
-  size_t n = LS_HOOK_SCAN, i, run = 0;
-  const char *why = NULL;
-  int nhm = 0;
-  ls_hm = 0;
-  if (!a || !b) { why = "out of memory"; goto done; }
-  while (n >= 4096 && !ls_peek(ls_g, a, n)) n /= 2;
-  if (n < 4096) { why = "G not readable"; goto done; }
-  ls_ljh(SIGPROF);
-  if (!ls_peek(ls_g, b, n)) { why = "G not readable"; goto done; }
-  for (i = 0; i + 1 < 512; i++)
-    if ((ab[i] ^ bb[i]) == LS_HOOK_PROFILE && (bb[i] & LS_HOOK_PROFILE) && !(ab[i + 1] & 0x40) && (bb[i + 1] & 0x40)) {
-      hm = ls_g + i;
-      nhm++;
-    }
-  if (nhm != 1) { why = "G->hookmask not found"; goto done; }
-  for (i = 0; i < n / 8 && run < 64; i++)
-    run = a[i] == b[i] ? 0 : run > 0 && b[i] == b[i - 1] ? run + 1 : 1;
-  if (run < 64) { why = "the dispatch table not found"; goto done; }
-  ls_disp = ls_g + 8 * (i - 64);
-  ls_profhook = b[i - 1];
-  ls_hm = hm;
-done:
-  free(a);
-  free(b);
-  return why;
-}
 
 static void ls_record(ls_prof *p, const ucontext_t *uc, uint64_t now)
 {
@@ -438,6 +357,11 @@ static void ls_record(ls_prof *p, const ucontext_t *uc, uint64_t now)
     if (l && !ls_leaf_at(r, l, (uint64_t)uc->uc_mcontext.gregs[REG_RDX]))
       ls_leaf_at(r, l, LD64(l + LS_L_BASE));
   }
+  /* a flag left set without its dispatch is cleared whoever runs
+   * LuaJIT's profiler (a jit.profile started since would get no sample
+   * more while this profile's trace callbacks run: its flag is left set by
+   * lj_vmevent_call; csrc/ljhook.c) */
+  pe_ljhook_repair();
   if (r->out || !ls_active || !ls_owned()) {
     r->state = LS_DONE;
   } else if (ls_in_cap) {
@@ -449,7 +373,6 @@ static void ls_record(ls_prof *p, const ucontext_t *uc, uint64_t now)
     r->state = LS_PENDING;
   } else {
     r->state = LS_PENDING;
-    ls_unstick();
     ls_ljh(SIGPROF);    /* LuaJIT's profile_signal: sets HOOK_PROFILE */
   }
   __atomic_signal_fence(__ATOMIC_RELEASE);
@@ -1003,7 +926,7 @@ static int l_arm(lua_State *L)
     }
     ls_ljh = old.sa_handler;
     ls_ps = ls_find_ps();
-    ls_hook_why = ls_find_hook();
+    ls_hook_why = pe_ljhook_find(L);
     ls_signo = SIGRTMIN + 4;
     ls_mask();
     if (pe_sig_install(ls_signo, ls_handler, ls_handler, &ls_blocked) < 0) {
@@ -1280,7 +1203,7 @@ static int l_take(lua_State *L)
   lua_pushnumber(L, (lua_Number)p->merged); lua_setfield(L, -2, "merged");
   lua_pushnumber(L, (lua_Number)p->q.matched); lua_setfield(L, -2, "matched");
   lua_pushinteger(L, (lua_Integer)ls_throttled); lua_setfield(L, -2, "throttled");
-  lua_pushnumber(L, (lua_Number)ls_nunstuck); lua_setfield(L, -2, "unstuck");
+  lua_pushnumber(L, (lua_Number)pe_ljhook_repaired()); lua_setfield(L, -2, "unstuck");
   /* once a drain: the check the handler makes with its three loads,
    * here with the two syscalls too when the state was found (a LuaJIT
    * whose ProfileState is not as lj_profile.c has it) */
@@ -1332,15 +1255,16 @@ static int l_here(lua_State *L)
  * signal), signals for no armed profile, whether the handler checks
  * LuaJIT's profiler state (true) or makes the two syscalls (false),
  * true or why LuaJIT's hook flag and dispatch were not found at the last
- * arm (ls_find_hook), how many times ls_unstick cleared the flag, and
- * whether the flag is set now with a dispatch that does not follow it */
+ * arm (pe_ljhook_find), how many times a handler cleared the flag
+ * (pe_ljhook_repair, in this process), and whether the flag is set now
+ * with a dispatch that does not follow it */
 static int l_stats(lua_State *L)
 {
   lua_createtable(L, 0, 6);
-  if (ls_hm) lua_pushboolean(L, 1); else lua_pushstring(L, ls_hook_why);
+  if (!ls_hook_why) lua_pushboolean(L, 1); else lua_pushstring(L, ls_hook_why);
   lua_setfield(L, -2, "unstick");
-  lua_pushnumber(L, (lua_Number)ls_nunstuck); lua_setfield(L, -2, "unstuck");
-  lua_pushboolean(L, ls_stuck()); lua_setfield(L, -2, "stuck");
+  lua_pushnumber(L, (lua_Number)pe_ljhook_repaired()); lua_setfield(L, -2, "unstuck");
+  lua_pushboolean(L, pe_ljhook_stuck()); lua_setfield(L, -2, "stuck");
   lua_pushboolean(L, ls_ps != 0); lua_setfield(L, -2, "state");
   lua_pushinteger(L, (lua_Integer)ls_throttled); lua_setfield(L, -2, "throttled");
   lua_pushinteger(L, (lua_Integer)ls_late); lua_setfield(L, -2, "late");

@@ -19,6 +19,8 @@
  *                          time_conv; the LuaJIT signal-time stack walk
  *                          (pe.profile, walk="signal")
  *   luahook.c              the PUC Lua count hook's stacks (pe.profile)
+ *   ljhook.c               LuaJIT's profiler hook flag and dispatch table:
+ *                          found, checked, repaired (the two samplers above)
  *   sigroute.c             an event's overflow signal to this thread (the
  *                          three samplers above)
  *   lifecycle.c            open, close/gc, fork generation, mmap, accessors
@@ -309,6 +311,18 @@ int pe_child_pid(lua_State *L, int idx);
 void pe_open_luaprof(lua_State *L);         /* luaprof.c */
 void pe_open_luasafe(lua_State *L);         /* luasafe.c */
 void pe_open_luahook(lua_State *L);         /* luahook.c */
+/* ljhook.c: LuaJIT's profiler hook flag and dispatch table (LuaJIT on
+ * x86-64; elsewhere find says why not and the rest do nothing).  find:
+ * NULL once found for L's VM, else why not (tried again at the next
+ * call); stuck: the flag is set and the table does not call the hook
+ * everywhere; repair (async-signal-safe): clears such a flag and makes the
+ * next dispatch update rewrite the whole table, 1 when it did;
+ * repaired: how many times */
+const char *pe_ljhook_find(lua_State *L);
+int pe_ljhook_stuck(void);
+int pe_ljhook_repair(void);
+uint64_t pe_ljhook_repaired(void);
+void pe_open_ljhook(lua_State *L);
 /* perfdata.c: adds pd_next/pd_pack/pd_build_id to core._private */
 void pe_open_perfdata(lua_State *L);
 

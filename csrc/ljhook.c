@@ -1,0 +1,361 @@
+/*
+ * ljhook.c - LuaJIT's profiler hook flag and its dispatch table: found,
+ * checked and repaired (the safe-point stacks, luasafe.c, and the
+ * signal-time walk, luaprof.c).
+ *
+ * LuaJIT keeps the flag (G->hookmask's HOOK_PROFILE, 0x80) apart from
+ * the instruction dispatch table that makes the interpreter call the
+ * profiler hook (lj_dispatch_update writes the table from the flag), and
+ * its own paths leave the flag set with a table that does not follow it
+ * (LuaJIT 2.1 as of 2026-11, Debian's luajit2 2.1-20230119 included):
+ * - lj_vmevent_call (a jit.attach callback: -jv, jit.dump, a profile's
+ *   registry) and a GC finalizer's run restore the flag with no dispatch
+ *   update: the table has no hook at all;
+ * - profile_signal (from a SIGPROF) that interrupts lj_dispatch_update:
+ *   its own update writes the hooked table, and the interrupted one goes
+ *   on with the mode it had computed, or with the rest of its table copy
+ *   over the hooked one: the table is hooked for some instructions only
+ *   (its first entry may well be the hook).
+ * Then no profile_signal sets the flag again (it is set), so no sample is
+ * taken until another dispatch update, a compiled loop exits at each line
+ * check (7-15 times slower here), and a trace exit that finds the flag set
+ * skips the GC step of an atomic phase (lj_trace_exit: "just exit to
+ * interpreter"): a compiled loop that exits at its GC check and whose
+ * instructions between the exit and the trace's entry are not hooked
+ * re-enters and exits for ever (the spins of sessions 12-13 in
+ * lj_trace_exit, 100 % CPU; doc/profiling.md).
+ * The same race the other way leaves the flag clear, a mode byte without
+ * the hook and entries that are the hook (stale): lj_dispatch_update sees
+ * no mode change and never rewrites them, and lj_dispatch_profile
+ * re-dispatches the same instruction to the hook for ever (session 14: a
+ * -jp run of profile_work.lua, found spinning there with hookmask 0x20,
+ * mode 0x10 and a hooked table; writing the repair's mode byte by hand
+ * ended it).
+ *
+ * pe_ljhook_find learns, once per VM, where the flag, the dispatch mode
+ * (the byte after it) and the instruction table are, how many entries the
+ * table has and what the hook's entry is: from G's bytes read before and
+ * after lua_sethook's own dispatch updates (a count hook, then the flag
+ * set by hand), with the signals that could update it blocked, and every
+ * hook put back as it was.  pe_ljhook_repair, called from the samplers'
+ * signal handlers, clears a flag that the table does not follow (set,
+ * with a mode without DISPMODE_PROF or an entry not the hook), and in
+ * both states writes a mode byte no mode has (LJH_DM_NONE), so that the
+ * next dispatch update rewrites the whole table: a trace exit steps the
+ * GC again, the next profile_signal sets the flag with a table that calls
+ * the hook, and stale entries go.
+ */
+#define _GNU_SOURCE
+#include "pe_core.h"
+#include <string.h>
+
+#if defined(__has_include)
+#if __has_include(<luajit.h>) && defined(__x86_64__)
+#define LJH_LUAJIT 1
+#endif
+#endif
+
+#ifdef LJH_LUAJIT
+#include <luajit.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+
+#define LJH_L_G 16                 /* lua_State.glref (GC64) */
+#define LJH_SCAN 32768             /* bytes of G read: G, jit_State, hot counts, dispatch */
+#define LJH_MAXN 256               /* instruction entries at most (BC__MAX is 97 in 2.1) */
+#define LJH_FLAG 0x80              /* HOOK_PROFILE */
+#define LJH_MASKCOUNT 0x08         /* LUA_MASKCOUNT in hookmask's low bits */
+#define LJH_DM_INS 0x04            /* DISPMODE_INS */
+#define LJH_DM_PROF 0x40           /* DISPMODE_PROF */
+/* the mode byte a repair writes: no mode LuaJIT computes has it (PROF
+ * comes with INS), and it differs from each in PROF or INS, so that the
+ * next lj_dispatch_update rewrites the whole instruction table */
+#define LJH_DM_NONE 0xc0
+
+#define LD64(a) (*(volatile uint64_t *)(uintptr_t)(a))
+#define LD8(a) (*(volatile uint8_t *)(uintptr_t)(a))
+#define ST8(a, v) (*(volatile uint8_t *)(uintptr_t)(a) = (uint8_t)(v))
+
+static uint64_t h_g;               /* the VM found (its G), 0 none */
+static uint64_t h_hm, h_disp;      /* &G->hookmask, &dispatch[0] */
+static uint64_t h_hook;            /* lj_vm_profhook: every entry while the flag is set */
+static uint32_t h_n;               /* instruction entries */
+static const char *h_why = "not looked for";
+static volatile uint64_t h_repaired, h_stale;
+static volatile int h_off;         /* tests: repairs switched off */
+
+/* reads n bytes at a of this process, 0 when not all mapped */
+static int h_peek(uint64_t a, void *out, size_t n)
+{
+  struct iovec l = { out, n }, r = { (void *)(uintptr_t)a, n };
+  return syscall(SYS_process_vm_readv, (long)getpid(), &l, 1, &r, 1, 0) == (long)n;
+}
+
+static void h_noop(lua_State *L, lua_Debug *ar) { (void)L; (void)ar; }
+
+/* all signals but the synchronous ones, blocked while the table is made
+ * by hand: no profile_signal and no repair meanwhile */
+static void h_block(sigset_t *old)
+{
+  sigset_t block;
+  sigfillset(&block);
+  sigdelset(&block, SIGSEGV); sigdelset(&block, SIGBUS);
+  sigdelset(&block, SIGILL); sigdelset(&block, SIGFPE);
+  pthread_sigmask(SIG_BLOCK, &block, old);
+}
+
+/* the hook flag, mode and instruction table of L's VM, from G's first n
+ * bytes plain (no hook), with a count hook and with the flag set by hand */
+static const char *h_scan(lua_State *L, uint64_t g, size_t n, uint64_t *a, uint64_t *b, uint64_t *c)
+{
+  const uint8_t *ab = (const uint8_t *)a, *bb = (const uint8_t *)b;
+  uint64_t hm = 0;
+  size_t i, run = 0, end;
+  int nhm = 0;
+  lua_sethook(L, NULL, 0, 0);
+  if (!h_peek(g, a, n)) return "G not readable";
+  lua_sethook(L, h_noop, LUA_MASKCOUNT, 1 << 30);
+  if (!h_peek(g, b, n)) return "G not readable";
+  /* the flag's byte gained only the count bit, the mode after it DISPMODE_INS */
+  for (i = 0; i + 1 < 512; i++)
+    if ((ab[i] ^ bb[i]) == LJH_MASKCOUNT && (bb[i] & LJH_MASKCOUNT) && !(ab[i + 1] & LJH_DM_INS)
+        && (bb[i + 1] & LJH_DM_INS)) {
+      hm = g + i;
+      nhm++;
+    }
+  if (nhm != 1) return "G->hookmask not found";
+  if (LD8(hm) & LJH_FLAG) return "the hook flag is set (a sample pending)";
+  /* the instructions: the first run of 64 words or more that all changed
+   * to one value (lj_vm_inshook) */
+  for (i = 0; i < n / 8; i++) {
+    run = a[i] == b[i] ? 0 : run > 0 && b[i] == b[i - 1] ? run + 1 : 1;
+    if (run >= 64 && (i + 1 == n / 8 || b[i + 1] != b[i] || a[i + 1] == b[i + 1])) break;
+  }
+  if (run < 64 || run > LJH_MAXN || i == n / 8) return "the dispatch table not found";
+  end = i + 1;
+  /* the flag by hand, then a dispatch update: every entry becomes the hook */
+  ST8(hm, LD8(hm) | LJH_FLAG);
+  lua_sethook(L, NULL, 0, 0);
+  i = h_peek(g, c, n);
+  ST8(hm, LD8(hm) & ~LJH_FLAG);
+  lua_sethook(L, NULL, 0, 0);
+  if (!i) return "G not readable";
+  if (!(LD8(hm + 1) == ab[hm - g + 1])) return "the dispatch mode did not come back";
+  {
+    size_t k, first = end - run;
+    for (k = first; k < end; k++)
+      if (c[k] != c[first] || c[k] == b[first] || a[k] != LD64(g + 8 * k)) return "the hooked table not found";
+    h_hm = hm;
+    h_disp = g + 8 * first;
+    h_n = (uint32_t)run;
+    h_hook = c[first];
+  }
+  return NULL;
+}
+
+const char *pe_ljhook_find(lua_State *L)
+{
+  uint64_t g = LD64((uint64_t)(uintptr_t)L + LJH_L_G);
+  uint64_t *a, *b, *c;
+  size_t n = LJH_SCAN;
+  sigset_t old;
+  lua_Hook hook;
+  int mask, count;
+  if (g == h_g && h_hm) return NULL;
+  /* not found yet, or another VM: look (one VM at a time has repairs) */
+  h_hm = 0;
+  h_g = g;
+  a = malloc(3 * LJH_SCAN);
+  if (!a) return h_why = "out of memory";
+  b = a + LJH_SCAN / 8;
+  c = b + LJH_SCAN / 8;
+  while (n >= 4096 && !h_peek(g, a, n)) n /= 2;
+  if (n < 4096) {
+    free(a);
+    return h_why = "G not readable";
+  }
+  h_block(&old);
+  hook = lua_gethook(L);
+  mask = lua_gethookmask(L);
+  count = lua_gethookcount(L);
+  h_why = h_scan(L, g, n, a, b, c);
+  lua_sethook(L, hook, mask, count);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  free(a);
+  if (h_why) h_hm = 0;
+  return h_why;
+}
+
+/* how many instruction entries are the hook */
+static uint32_t h_hooked(void)
+{
+  uint32_t i, n = 0;
+  for (i = 0; i < h_n; i++) n += LD64(h_disp + 8 * (uint64_t)i) == h_hook;
+  return n;
+}
+
+/* the flag set with a table that does not call the hook everywhere */
+int pe_ljhook_stuck(void)
+{
+  uint8_t m;
+  if (!h_hm || !(LD8(h_hm) & LJH_FLAG)) return 0;
+  m = LD8(h_hm + 1);
+  return m == LJH_DM_NONE || !(m & LJH_DM_PROF) || h_hooked() != h_n;
+}
+
+/* the flag clear, a mode without the hook, and entries that are the hook
+ * all the same: lj_dispatch_update, finding the mode unchanged, never
+ * rewrites them, and each one calls the hook for ever (lj_dispatch_profile
+ * re-dispatches the same instruction: session 14's -jp spin) */
+static int h_stale_now(void)
+{
+  uint8_t m;
+  if (!h_hm || (LD8(h_hm) & LJH_FLAG)) return 0;
+  m = LD8(h_hm + 1);
+  return m != LJH_DM_NONE && !(m & LJH_DM_PROF) && h_hooked() > 0;
+}
+
+int pe_ljhook_repair(void)
+{
+  if (h_off) return 0;
+  if (pe_ljhook_stuck()) {
+    ST8(h_hm, LD8(h_hm) & ~LJH_FLAG);
+    ST8(h_hm + 1, LJH_DM_NONE);
+    h_repaired = h_repaired + 1;
+    return 1;
+  }
+  if (h_stale_now()) {
+    ST8(h_hm + 1, LJH_DM_NONE);
+    h_stale = h_stale + 1;
+    return 2;
+  }
+  return 0;
+}
+
+uint64_t pe_ljhook_repaired(void) { return h_repaired; }
+
+/* _private.ljhook_stats() -> {found=true|why, repaired=, rewritten=,
+ * stuck=, stale=, n=, hookmask=, mode=}: flags cleared, stale tables made
+ * to be rewritten, the two states now, and the two bytes (when found) */
+static int l_stats(lua_State *L)
+{
+  lua_createtable(L, 0, 8);
+  if (h_hm) lua_pushboolean(L, 1); else lua_pushstring(L, h_why);
+  lua_setfield(L, -2, "found");
+  lua_pushnumber(L, (lua_Number)h_repaired); lua_setfield(L, -2, "repaired");
+  lua_pushnumber(L, (lua_Number)h_stale); lua_setfield(L, -2, "rewritten");
+  lua_pushboolean(L, pe_ljhook_stuck()); lua_setfield(L, -2, "stuck");
+  lua_pushboolean(L, h_stale_now()); lua_setfield(L, -2, "stale");
+  lua_pushinteger(L, (lua_Integer)h_n); lua_setfield(L, -2, "n");
+  if (h_hm) {
+    lua_pushinteger(L, LD8(h_hm)); lua_setfield(L, -2, "hookmask");
+    lua_pushinteger(L, LD8(h_hm + 1)); lua_setfield(L, -2, "mode");
+  }
+  return 1;
+}
+
+/* _private.ljhook_find() -> true | nil, why (tests: for this VM) */
+static int l_find(lua_State *L)
+{
+  const char *why = pe_ljhook_find(L);
+  if (why) { lua_pushnil(L); lua_pushstring(L, why); return 2; }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* _private.ljhook_tear(from [, flag]) -> true | nil, why: what an
+ * interrupted lj_dispatch_update leaves (tests): the flag set, every entry
+ * the hook, then entries from..n-1 put back as the update for the mode
+ * now (no flag) writes them.  With from 0 the flag is left set over a
+ * table without the hook at all.  flag false: then the flag is cleared and
+ * the mode put back as it was without it (the interrupted update's mode
+ * and table written over the nested one's, but for the entries below
+ * from): the stale state */
+static int l_tear(lua_State *L)
+{
+  uint32_t from = (uint32_t)pe_check_int(L, 1, "from", 0, LJH_MAXN), i;
+  int flag = lua_isnoneornil(L, 2) || lua_toboolean(L, 2);
+  uint8_t mode;
+  uint64_t plain[LJH_MAXN];
+  lua_Hook hook = lua_gethook(L);
+  int mask = lua_gethookmask(L), count = lua_gethookcount(L);
+  sigset_t old;
+  if (!h_hm || h_g != LD64((uint64_t)(uintptr_t)L + LJH_L_G)) {
+    lua_pushnil(L);
+    lua_pushstring(L, h_hm ? "another VM" : h_why);
+    return 2;
+  }
+  if (from > h_n) from = h_n;
+  h_block(&old);
+  ST8(h_hm, LD8(h_hm) & ~LJH_FLAG);
+  lua_sethook(L, hook, mask, count);          /* the table without the hook */
+  for (i = 0; i < h_n; i++) plain[i] = LD64(h_disp + 8 * (uint64_t)i);
+  mode = LD8(h_hm + 1);
+  ST8(h_hm, LD8(h_hm) | LJH_FLAG);
+  lua_sethook(L, hook, mask, count);          /* every entry the hook */
+  for (i = from; i < h_n; i++) *(volatile uint64_t *)(uintptr_t)(h_disp + 8 * (uint64_t)i) = plain[i];
+  if (!flag) {
+    ST8(h_hm, LD8(h_hm) & ~LJH_FLAG);
+    ST8(h_hm + 1, mode);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* _private.ljhook_signal(f, ...) -> f's results: a SIGPROF to this thread
+ * (LuaJIT's profile_signal, when jit.profile, -jp or a safe-point profile
+ * runs LuaJIT's profiler), then f(...) within this C call, before any
+ * instruction of the caller takes the hook (tests) */
+static int l_signal(lua_State *L)
+{
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  pthread_kill(pthread_self(), SIGPROF);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* _private.ljhook_repairs(on): tests only, to show what a repair changes */
+static int l_repairs(lua_State *L)
+{
+  h_off = !lua_toboolean(L, 1);
+  return 0;
+}
+
+#else
+
+const char *pe_ljhook_find(lua_State *L) { (void)L; return "not LuaJIT on x86-64"; }
+int pe_ljhook_stuck(void) { return 0; }
+int pe_ljhook_repair(void) { return 0; }
+uint64_t pe_ljhook_repaired(void) { return 0; }
+
+static int l_stats(lua_State *L)
+{
+  lua_createtable(L, 0, 4);
+  lua_pushstring(L, "not LuaJIT on x86-64"); lua_setfield(L, -2, "found");
+  lua_pushnumber(L, 0); lua_setfield(L, -2, "repaired");
+  lua_pushboolean(L, 0); lua_setfield(L, -2, "stuck");
+  lua_pushinteger(L, 0); lua_setfield(L, -2, "n");
+  return 1;
+}
+
+static int l_find(lua_State *L) { lua_pushnil(L); lua_pushstring(L, "not LuaJIT on x86-64"); return 2; }
+static int l_tear(lua_State *L) { lua_pushnil(L); lua_pushstring(L, "not LuaJIT on x86-64"); return 2; }
+static int l_repairs(lua_State *L) { (void)L; return 0; }
+static int l_signal(lua_State *L) { return luaL_error(L, "not LuaJIT on x86-64"); }
+
+#endif
+
+void pe_open_ljhook(lua_State *L)
+{
+  static const luaL_Reg fns[] = {
+    {"ljhook_stats", l_stats}, {"ljhook_find", l_find}, {"ljhook_tear", l_tear},
+    {"ljhook_repairs", l_repairs}, {"ljhook_signal", l_signal}, {NULL, NULL}
+  };
+  pe_push_private(L, lua_gettop(L));
+  pe_setfuncs(L, fns);
+  lua_pop(L, 1);
+}
