@@ -60,8 +60,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
-#include <sys/uio.h>
 
 #define LJH_L_G 16                 /* lua_State.glref (GC64) */
 #define LJH_SCAN 32768             /* bytes of G read: G, jit_State, hot counts, dispatch */
@@ -87,12 +85,7 @@ static const char *h_why = "not looked for";
 static volatile uint64_t h_repaired, h_stale;
 static volatile int h_off;         /* tests: repairs switched off */
 
-/* reads n bytes at a of this process, 0 when not all mapped */
-static int h_peek(uint64_t a, void *out, size_t n)
-{
-  struct iovec l = { out, n }, r = { (void *)(uintptr_t)a, n };
-  return syscall(SYS_process_vm_readv, (long)getpid(), &l, 1, &r, 1, 0) == (long)n;
-}
+static int h_peek(uint64_t a, void *out, size_t n) { return pe_peek(getpid(), a, out, n); }
 
 static void h_noop(lua_State *L, lua_Debug *ar) { (void)L; (void)ar; }
 
@@ -189,12 +182,13 @@ const char *pe_ljhook_find(lua_State *L)
   return h_why;
 }
 
-/* how many instruction entries are the hook */
-static uint32_t h_hooked(void)
+/* whether every instruction entry is the hook (all), or any is */
+static int h_hooked(int all)
 {
-  uint32_t i, n = 0;
-  for (i = 0; i < h_n; i++) n += LD64(h_disp + 8 * (uint64_t)i) == h_hook;
-  return n;
+  uint32_t i;
+  for (i = 0; i < h_n; i++)
+    if ((LD64(h_disp + 8 * (uint64_t)i) == h_hook) != all) return !all;
+  return all;
 }
 
 /* the flag set with a table that does not call the hook everywhere */
@@ -203,7 +197,7 @@ int pe_ljhook_stuck(void)
   uint8_t m;
   if (!h_hm || !(LD8(h_hm) & LJH_FLAG)) return 0;
   m = LD8(h_hm + 1);
-  return m == LJH_DM_NONE || !(m & LJH_DM_PROF) || h_hooked() != h_n;
+  return m == LJH_DM_NONE || !(m & LJH_DM_PROF) || !h_hooked(1);
 }
 
 /* the flag clear, a mode without the hook, and entries that are the hook
@@ -215,7 +209,7 @@ static int h_stale_now(void)
   uint8_t m;
   if (!h_hm || (LD8(h_hm) & LJH_FLAG)) return 0;
   m = LD8(h_hm + 1);
-  return m != LJH_DM_NONE && !(m & LJH_DM_PROF) && h_hooked() > 0;
+  return m != LJH_DM_NONE && !(m & LJH_DM_PROF) && h_hooked(0);
 }
 
 int pe_ljhook_repair(void)

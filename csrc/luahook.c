@@ -191,12 +191,7 @@ static struct {
 } lf;
 
 #ifdef LF_ON
-static int lf_read(uintptr_t addr, void *out, size_t n)
-{
-  struct iovec l = { out, n }, r = { (void *)addr, n };
-  if (addr == 0) return 0;
-  return syscall(SYS_process_vm_readv, lf.pid, &l, 1, &r, 1, 0) == (long)n;
-}
+static int lf_read(uintptr_t addr, void *out, size_t n) { return pe_peek(lf.pid, addr, out, n); }
 
 static uint64_t lf_u64(const unsigned char *b, int off)
 {

@@ -62,11 +62,7 @@ static int lp_fd = -1;              /* the armed event's fd */
 static uint64_t lp_id;              /* and its id (fd numbers are reused) */
 static pid_t lp_pid;
 
-static int lp_read(uint64_t addr, void *out, size_t n)
-{
-  struct iovec l = { out, n }, r = { (void *)(uintptr_t)addr, n };
-  return syscall(SYS_process_vm_readv, lp_pid, &l, 1, &r, 1, 0) == (long)n;
-}
+static int lp_read(uint64_t addr, void *out, size_t n) { return pe_peek(lp_pid, addr, out, n); }
 
 #if defined(__x86_64__)
 static uint8_t lp_callop[256];     /* opcodes a return PC follows (CALL, ...) */
@@ -233,9 +229,10 @@ static void lp_handler(int sig, siginfo_t *si, void *ctx)
       errno = saved;
       return;
     }
-    /* LuaJIT's hook flag left set without its dispatch (the profiler of
+    /* LuaJIT's hook flag and dispatch table out of step (the profiler of
      * jit.profile or -jp, with this profile's registry callbacks): a
-     * compiled loop could spin in lj_trace_exit (csrc/ljhook.c) */
+     * compiled loop could spin in lj_trace_exit, a callback in the hook
+     * (csrc/ljhook.c) */
     pe_ljhook_repair();
   }
   if (lp_on && lp_head - lp_tail < LP_SLOTS) {

@@ -231,11 +231,7 @@ static int ls_owned(void)
 }
 
 /* reads n bytes at a of this process, 0 when not all mapped */
-static int ls_peek(uint64_t a, void *out, size_t n)
-{
-  struct iovec l = { out, n }, r = { (void *)(uintptr_t)a, n };
-  return syscall(SYS_process_vm_readv, (long)getpid(), &l, 1, &r, 1, 0) == (long)n;
-}
+static int ls_peek(uint64_t a, void *out, size_t n) { return pe_peek(getpid(), a, out, n); }
 
 /* right after our luaJIT_profile_start: the ProfileState is the static
  * that luaJIT_profile_start's code addresses RIP-relative (a ModRM byte
@@ -316,13 +312,6 @@ static uint64_t ls_trace_pc(int32_t t, uint64_t ip, uint64_t sp)
   return ls_snap_pc(tr, snap + LS_SNAP_SIZE * (uint64_t)(lo - 1));
 }
 
-/* LuaJIT's hook flag left set with a dispatch table that does not call
- * the hook (csrc/ljhook.c): found at arm, repaired before each
- * profile_signal, so that profile_signal sets the flag and its dispatch
- * update rewrites the whole table (else no capture would come, and a
- * compiled loop could spin in lj_trace_exit for good) */
-static const char *ls_hook_why = "not armed yet";
-
 static void ls_record(ls_prof *p, const ucontext_t *uc, uint64_t now)
 {
   ls_rec *r;
@@ -357,10 +346,10 @@ static void ls_record(ls_prof *p, const ucontext_t *uc, uint64_t now)
     if (l && !ls_leaf_at(r, l, (uint64_t)uc->uc_mcontext.gregs[REG_RDX]))
       ls_leaf_at(r, l, LD64(l + LS_L_BASE));
   }
-  /* a flag left set without its dispatch is cleared whoever runs
-   * LuaJIT's profiler (a jit.profile started since would get no sample
-   * more while this profile's trace callbacks run: its flag is left set by
-   * lj_vmevent_call; csrc/ljhook.c) */
+  /* LuaJIT's hook flag and dispatch table out of step (csrc/ljhook.c),
+   * whoever runs its profiler: repaired before profile_signal, whose
+   * update then rewrites the whole table (else no capture would come, and
+   * a compiled loop could spin in lj_trace_exit or the hook for good) */
   pe_ljhook_repair();
   if (r->out || !ls_active || !ls_owned()) {
     r->state = LS_DONE;
@@ -926,7 +915,7 @@ static int l_arm(lua_State *L)
     }
     ls_ljh = old.sa_handler;
     ls_ps = ls_find_ps();
-    ls_hook_why = pe_ljhook_find(L);
+    pe_ljhook_find(L);    /* (its stats: _private.ljhook_stats) */
     ls_signo = SIGRTMIN + 4;
     ls_mask();
     if (pe_sig_install(ls_signo, ls_handler, ls_handler, &ls_blocked) < 0) {
@@ -1250,21 +1239,13 @@ static int l_here(lua_State *L)
   return 2;
 }
 
-/* _private.luasafe_stats() -> {throttled=, late=, state=, unstick=,
- * unstuck=, stuck=}: SIGIOs taken (the kernel could not queue the
- * signal), signals for no armed profile, whether the handler checks
- * LuaJIT's profiler state (true) or makes the two syscalls (false),
- * true or why LuaJIT's hook flag and dispatch were not found at the last
- * arm (pe_ljhook_find), how many times a handler cleared the flag
- * (pe_ljhook_repair, in this process), and whether the flag is set now
- * with a dispatch that does not follow it */
+/* _private.luasafe_stats() -> {throttled=, late=, state=}: SIGIOs taken
+ * (the kernel could not queue the signal), signals for no armed profile,
+ * whether the handler checks LuaJIT's profiler state (true) or makes the
+ * two syscalls (false).  LuaJIT's hook flag: _private.ljhook_stats */
 static int l_stats(lua_State *L)
 {
-  lua_createtable(L, 0, 6);
-  if (!ls_hook_why) lua_pushboolean(L, 1); else lua_pushstring(L, ls_hook_why);
-  lua_setfield(L, -2, "unstick");
-  lua_pushnumber(L, (lua_Number)pe_ljhook_repaired()); lua_setfield(L, -2, "unstuck");
-  lua_pushboolean(L, pe_ljhook_stuck()); lua_setfield(L, -2, "stuck");
+  lua_createtable(L, 0, 3);
   lua_pushboolean(L, ls_ps != 0); lua_setfield(L, -2, "state");
   lua_pushinteger(L, (lua_Integer)ls_throttled); lua_setfield(L, -2, "throttled");
   lua_pushinteger(L, (lua_Integer)ls_late); lua_setfield(L, -2, "late");

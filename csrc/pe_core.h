@@ -21,8 +21,9 @@
  *   luahook.c              the PUC Lua count hook's stacks (pe.profile)
  *   ljhook.c               LuaJIT's profiler hook flag and dispatch table:
  *                          found, checked, repaired (the two samplers above)
- *   sigroute.c             an event's overflow signal to this thread (the
- *                          three samplers above)
+ *   sigroute.c             an event's overflow signal to this thread, and
+ *                          reads of this process's memory (the
+ *                          samplers above)
  *   lifecycle.c            open, close/gc, fork generation, mmap, accessors
  *   layouts.c spawn.c dir.c  shared-ring decode layouts (E6); spawn/wait;
  *                          core.readdir
@@ -150,6 +151,11 @@ int pe_sig_route(int fd, int signo);
 void pe_sig_unroute(int fd);
 /* the kernel's id of the event fd, or 0 (fd closed, or not an event) */
 uint64_t pe_fd_id(int fd);
+/* reads n bytes at addr of process pid (the caller's own, its pid given:
+ * getpid is a system call) with process_vm_readv, so that an address
+ * not mapped is EFAULT, not a fault: 1 when all n were read (addr 0: 0).
+ * Async-signal-safe: the samplers' handlers read the VM through it */
+int pe_peek(pid_t pid, uint64_t addr, void *out, size_t n);
 /* is fd still the event whose id was id (not 0)? */
 static inline int pe_fd_is(int fd, uint64_t id) { return id != 0 && pe_fd_id(fd) == id; }
 #define PE_EV_CLOSED    0x1u
@@ -315,9 +321,10 @@ void pe_open_luahook(lua_State *L);         /* luahook.c */
  * x86-64; elsewhere find says why not and the rest do nothing).  find:
  * NULL once found for L's VM, else why not (tried again at the next
  * call); stuck: the flag is set and the table does not call the hook
- * everywhere; repair (async-signal-safe): clears such a flag and makes the
- * next dispatch update rewrite the whole table, 1 when it did;
- * repaired: how many times */
+ * everywhere; repair (async-signal-safe): clears such a flag, and there
+ * or when the flag is clear over entries that are the hook (stale) makes
+ * the next dispatch update rewrite the whole table: 1 (stuck) or 2
+ * (stale) when it did, else 0; repaired: the flags it cleared */
 const char *pe_ljhook_find(lua_State *L);
 int pe_ljhook_stuck(void);
 int pe_ljhook_repair(void);

@@ -8,12 +8,15 @@
  * queue the real-time one, and SIGIO's default ends the process), the
  * fd's owner, signal and O_ASYNC, and whether an armed fd is still the
  * event it was (a profile dropped without stop() has its fd closed, and
- * fd numbers are reused).
+ * fd numbers are reused); and their reads of this process's memory
+ * (pe_peek).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include "pe_core.h"
 
 int pe_sig_install(int signo, pe_sig_fn fn, pe_sig_fn sigio_fn, const sigset_t *mask)
@@ -50,6 +53,13 @@ void pe_sig_unroute(int fd)
 {
   int fl = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
   if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_ASYNC);
+}
+
+int pe_peek(pid_t pid, uint64_t addr, void *out, size_t n)
+{
+  struct iovec l = { out, n }, r = { (void *)(uintptr_t)addr, n };
+  if (addr == 0) return 0;
+  return syscall(SYS_process_vm_readv, (long)pid, &l, 1, &r, 1, 0) == (long)n;
 }
 
 uint64_t pe_fd_id(int fd)

@@ -516,21 +516,24 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     jit.attach(on_bc, "bc")
     -- (busted keeps a test's last finally only)
     finally(function() jit.attach(on_bc) p:stop() jit.on() collectgarbage("restart") end)
-    assert.equal(true, LP.luasafe_stats().unstick)   -- (or why not: the flag and dispatch were found at arm)
+    assert.equal(true, LP.ljhook_stats().found)   -- (or why not: the flag and dispatch were found at arm)
     sp_lua(100000)   -- compiled
     -- any other dispatch update also ends the state: none meanwhile from a
     -- GC finalizer's run or a trace's recording (sp_lua's trace still runs)
     collectgarbage()
     collectgarbage("stop")
     jit.off()
-    local before = LP.luasafe_stats().unstuck
+    local before = LP.ljhook_stats().repaired
     -- a sample's signal, then, in the same C call, a load whose bc event runs on_bc
     LP.luasafe_signal(loadstring, "return 1")
-    local st = LP.luasafe_stats()
+    local st = LP.ljhook_stats()
     -- (or a sample's signal has cleared it already)
-    assert.is_true(st.stuck or st.unstuck > before, "LuaJIT updated its dispatch after the vmevent: nothing to clear")
+    assert.is_true(st.stuck or st.repaired > before, "LuaJIT updated its dispatch after the vmevent: nothing to clear")
     -- the loop's samples are the ones after this drain's (the records
-    -- still waiting for a capture are not taken: they go with the loop's)
+    -- still waiting for a capture are not taken: they go with the loop's;
+    -- the second drain takes the samples of the first's symbol lookups:
+    -- alone, 86.8 % of 189 samples named the loop without it)
+    p:drain()
     p:drain()
     local first = #p.samples
     local t0 = clock()
@@ -544,8 +547,8 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     assert.is_true(got >= 90 and n >= 0.5 * 999 * spent,
       sformat("%.1f%% of %d samples in sp_lua (%.3f s of os.clock); most frequent: %s", got, n, spent,
               top_stacks(p, 3)))
-    st = LP.luasafe_stats()
-    assert.is_true(st.unstuck > before, "the flag was not cleared")
+    st = LP.ljhook_stats()
+    assert.is_true(st.repaired > before, "the flag was not cleared")
     assert.is_false(st.stuck)
   end)
 
