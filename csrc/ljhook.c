@@ -178,7 +178,6 @@ const char *pe_ljhook_find(lua_State *L)
   lua_sethook(L, hook, mask, count);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   free(a);
-  if (h_why) h_hm = 0;
   return h_why;
 }
 
@@ -192,7 +191,7 @@ static int h_hooked(int all)
 }
 
 /* the flag set with a table that does not call the hook everywhere */
-int pe_ljhook_stuck(void)
+static int h_stuck(void)
 {
   uint8_t m;
   if (!h_hm || !(LD8(h_hm) & LJH_FLAG)) return 0;
@@ -215,7 +214,7 @@ static int h_stale_now(void)
 int pe_ljhook_repair(void)
 {
   if (h_off) return 0;
-  if (pe_ljhook_stuck()) {
+  if (h_stuck()) {
     ST8(h_hm, LD8(h_hm) & ~LJH_FLAG);
     ST8(h_hm + 1, LJH_DM_NONE);
     h_repaired = h_repaired + 1;
@@ -241,7 +240,7 @@ static int l_stats(lua_State *L)
   lua_setfield(L, -2, "found");
   lua_pushnumber(L, (lua_Number)h_repaired); lua_setfield(L, -2, "repaired");
   lua_pushnumber(L, (lua_Number)h_stale); lua_setfield(L, -2, "rewritten");
-  lua_pushboolean(L, pe_ljhook_stuck()); lua_setfield(L, -2, "stuck");
+  lua_pushboolean(L, h_stuck()); lua_setfield(L, -2, "stuck");
   lua_pushboolean(L, h_stale_now()); lua_setfield(L, -2, "stale");
   lua_pushinteger(L, (lua_Integer)h_n); lua_setfield(L, -2, "n");
   if (h_hm) {
@@ -322,7 +321,6 @@ static int l_repairs(lua_State *L)
 #else
 
 const char *pe_ljhook_find(lua_State *L) { (void)L; return "not LuaJIT on x86-64"; }
-int pe_ljhook_stuck(void) { return 0; }
 int pe_ljhook_repair(void) { return 0; }
 uint64_t pe_ljhook_repaired(void) { return 0; }
 

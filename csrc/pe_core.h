@@ -320,13 +320,12 @@ void pe_open_luahook(lua_State *L);         /* luahook.c */
 /* ljhook.c: LuaJIT's profiler hook flag and dispatch table (LuaJIT on
  * x86-64; elsewhere find says why not and the rest do nothing).  find:
  * NULL once found for L's VM, else why not (tried again at the next
- * call); stuck: the flag is set and the table does not call the hook
- * everywhere; repair (async-signal-safe): clears such a flag, and there
+ * call); repair (async-signal-safe): clears a flag set over a table that
+ * does not call the hook everywhere (stuck), and there
  * or when the flag is clear over entries that are the hook (stale) makes
  * the next dispatch update rewrite the whole table: 1 (stuck) or 2
  * (stale) when it did, else 0; repaired: the flags it cleared */
 const char *pe_ljhook_find(lua_State *L);
-int pe_ljhook_stuck(void);
 int pe_ljhook_repair(void);
 uint64_t pe_ljhook_repaired(void);
 void pe_open_ljhook(lua_State *L);
