@@ -39,7 +39,13 @@ describe("ring drain", function()
       end
     end
     assert(ev:disable())
-    assert.equal(2000, n)
+    -- (session 14: once 1997 in a full run, in the luajit suite; the
+    -- message says where the others went)
+    local r0 = ev:ring()
+    local left = 0
+    for _ in ev:records() do left = left + 1 end
+    assert.equal(2000, n, ("records %d; after disable %d more; lost %d; head %d tail %d (bytes)"):format(
+      n, left, ev:lost(), r0.data_head, r0.data_tail))
     assert.equal(0, ev:lost())
     assert.is_true(straddled > 10)
     local r = ev:ring()
