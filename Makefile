@@ -169,9 +169,11 @@ bench-profile: all
 	bench/profile/run.sh 15 0.2
 bench: bench-read bench-records bench-nginx bench-openresty bench-record bench-fleet bench-profile
 
-# the LDoc reference (lua-ldoc) -> doc/reference/
+# the LDoc reference (lua-ldoc) -> doc/reference/; LDoc copies its
+# template to /tmp/ldoc_root (a fixed name, TMPDIR not heeded) and leaves it
 doc:
 	ldoc .
+	rm -rf /tmp/ldoc_root
 
 clean:
 	rm -rf build
