@@ -397,8 +397,10 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     -- (jit.profile, one sample per ms asked: its ITIMER_PROF ticks with the
     -- kernel's HZ, about every 4 ms here: 1 s a round gives it ~1000
     -- samples in all, ~600 with 0.6 s, where two runs of the same loop
-    -- once came 5.8 points apart)
-    local jp, ours = line_rounds(sp_lines, "sp_lines", 4, 1.0, 0.5, { freq = 999 })
+    -- once came 5.8 points apart; with 4 rounds, ~1000 and ~2000 samples,
+    -- a line's two shares differ by 1.9 points (one sd, binomial) and came
+    -- 5.0 apart once in session 14: 8 rounds, 1.35)
+    local jp, ours = line_rounds(sp_lines, "sp_lines", 8, 1.0, 0.5, { freq = 999 })
     local jn, js = norm(jp)
     local on, os_ = norm(ours)
     local why = sformat("jit.profile %d samples: %.1f/%.1f/%.1f%%; ours %d: %.1f/%.1f/%.1f%%", js,
