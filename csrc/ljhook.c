@@ -83,6 +83,7 @@ static uint64_t h_hook;            /* lj_vm_profhook: every entry while the flag
 static uint32_t h_n;               /* instruction entries */
 static const char *h_why = "not looked for";
 static volatile uint64_t h_repaired, h_stale;
+static uint64_t h_npending;        /* scans that met a sample pending */
 static volatile int h_off;         /* tests: repairs switched off */
 
 static int h_peek(uint64_t a, void *out, size_t n) { return pe_peek(getpid(), a, out, n); }
@@ -100,27 +101,45 @@ static void h_block(sigset_t *old)
   pthread_sigmask(SIG_BLOCK, &block, old);
 }
 
+/* G's first n bytes with no hook (a) and with a count hook (b) */
+static const char *h_two(lua_State *L, uint64_t g, size_t n, uint64_t *a, uint64_t *b)
+{
+  lua_sethook(L, NULL, 0, 0);
+  if (!h_peek(g, a, n)) return "G not readable";
+  lua_sethook(L, h_noop, LUA_MASKCOUNT, 1 << 30);
+  if (!h_peek(g, b, n)) return "G not readable";
+  return NULL;
+}
+
 /* the hook flag, mode and instruction table of L's VM, from G's first n
- * bytes plain (no hook), with a count hook and with the flag set by hand */
-static const char *h_scan(lua_State *L, uint64_t g, size_t n, uint64_t *a, uint64_t *b, uint64_t *c)
+ * bytes plain (no hook), with a count hook and with the flag set by hand.
+ * A sample may be pending (the flag set, the table hooked: then the count
+ * hook changes no mode bit): the flag is cleared for the scan, *pending
+ * says so and the caller sets it again */
+static const char *h_scan(lua_State *L, uint64_t g, size_t n, uint64_t *a, uint64_t *b, uint64_t *c,
+                          uint64_t *pending)
 {
   const uint8_t *ab = (const uint8_t *)a, *bb = (const uint8_t *)b;
   uint64_t hm = 0;
   size_t i, run = 0, end;
   int nhm = 0;
-  lua_sethook(L, NULL, 0, 0);
-  if (!h_peek(g, a, n)) return "G not readable";
-  lua_sethook(L, h_noop, LUA_MASKCOUNT, 1 << 30);
-  if (!h_peek(g, b, n)) return "G not readable";
-  /* the flag's byte gained only the count bit, the mode after it DISPMODE_INS */
+  const char *why = h_two(L, g, n, a, b);
+  if (why) return why;
+  /* the flag's byte gained only the count bit, and the mode after it
+   * DISPMODE_INS, or had it already with the flag (a sample pending) */
   for (i = 0; i + 1 < 512; i++)
-    if ((ab[i] ^ bb[i]) == LJH_MASKCOUNT && (bb[i] & LJH_MASKCOUNT) && !(ab[i + 1] & LJH_DM_INS)
-        && (bb[i + 1] & LJH_DM_INS)) {
+    if ((ab[i] ^ bb[i]) == LJH_MASKCOUNT && (bb[i] & LJH_MASKCOUNT) && (bb[i + 1] & LJH_DM_INS)
+        && (!(ab[i + 1] & LJH_DM_INS) || (ab[i] & LJH_FLAG && ab[i + 1] == bb[i + 1]
+                                           && (ab[i + 1] & LJH_DM_PROF)))) {
       hm = g + i;
       nhm++;
     }
   if (nhm != 1) return "G->hookmask not found";
-  if (LD8(hm) & LJH_FLAG) return "the hook flag is set (a sample pending)";
+  if (LD8(hm) & LJH_FLAG) {
+    *pending = hm;
+    ST8(hm, LD8(hm) & ~LJH_FLAG);
+    if ((why = h_two(L, g, n, a, b)) != NULL) return why;
+  }
   /* the instructions: the first run of 64 words or more that all changed
    * to one value (lj_vm_inshook) */
   for (i = 0; i < n / 8; i++) {
@@ -152,7 +171,7 @@ static const char *h_scan(lua_State *L, uint64_t g, size_t n, uint64_t *a, uint6
 const char *pe_ljhook_find(lua_State *L)
 {
   uint64_t g = LD64((uint64_t)(uintptr_t)L + LJH_L_G);
-  uint64_t *a, *b, *c;
+  uint64_t *a, *b, *c, pending = 0;
   size_t n = LJH_SCAN;
   sigset_t old;
   lua_Hook hook;
@@ -174,8 +193,12 @@ const char *pe_ljhook_find(lua_State *L)
   hook = lua_gethook(L);
   mask = lua_gethookmask(L);
   count = lua_gethookcount(L);
-  h_why = h_scan(L, g, n, a, b, c);
-  lua_sethook(L, hook, mask, count);
+  h_why = h_scan(L, g, n, a, b, c, &pending);
+  if (pending) {
+    ST8(pending, LD8(pending) | LJH_FLAG);
+    h_npending++;
+  }
+  lua_sethook(L, hook, mask, count);           /* (with the flag: the hooked table) */
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   free(a);
   return h_why;
@@ -231,8 +254,9 @@ int pe_ljhook_repair(void)
 uint64_t pe_ljhook_repaired(void) { return h_repaired; }
 
 /* _private.ljhook_stats() -> {found=true|why, repaired=, rewritten=,
- * stuck=, stale=, n=, hookmask=, mode=}: flags cleared, stale tables made
- * to be rewritten, the two states now, and the two bytes (when found) */
+ * stuck=, stale=, n=, pending=, hookmask=, mode=}: flags cleared, stale
+ * tables made to be rewritten, the two states now, the entries, the
+ * scans that met a sample pending, and the two bytes (when found) */
 static int l_stats(lua_State *L)
 {
   lua_createtable(L, 0, 8);
@@ -243,6 +267,7 @@ static int l_stats(lua_State *L)
   lua_pushboolean(L, h_stuck()); lua_setfield(L, -2, "stuck");
   lua_pushboolean(L, h_stale_now()); lua_setfield(L, -2, "stale");
   lua_pushinteger(L, (lua_Integer)h_n); lua_setfield(L, -2, "n");
+  lua_pushnumber(L, (lua_Number)h_npending); lua_setfield(L, -2, "pending");
   if (h_hm) {
     lua_pushinteger(L, LD8(h_hm)); lua_setfield(L, -2, "hookmask");
     lua_pushinteger(L, LD8(h_hm + 1)); lua_setfield(L, -2, "mode");
@@ -250,10 +275,13 @@ static int l_stats(lua_State *L)
   return 1;
 }
 
-/* _private.ljhook_find() -> true | nil, why (tests: for this VM) */
+/* _private.ljhook_find([again]) -> true | nil, why (tests: for this VM;
+ * again: forget what was found and look anew) */
 static int l_find(lua_State *L)
 {
-  const char *why = pe_ljhook_find(L);
+  const char *why;
+  if (lua_toboolean(L, 1)) h_hm = 0;
+  why = pe_ljhook_find(L);
   if (why) { lua_pushnil(L); lua_pushstring(L, why); return 2; }
   lua_pushboolean(L, 1);
   return 1;

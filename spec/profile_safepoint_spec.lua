@@ -554,6 +554,22 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     assert.is_false(st.stuck)
   end)
 
+  it("finds LuaJIT's hook flag and table with a sample pending (the flag set, the table hooked)", function()
+    -- (a find that met it returned "G->hookmask not found": three specs
+    -- in one full run under ASan, session 14)
+    local LP = pe.core._private
+    local p = assert(pe.profile.start({ freq = 999 }))
+    finally(function() p:stop() end)
+    local n0 = LP.ljhook_stats().pending
+    -- a sample's signal, then the find anew in the same C call
+    local ok, why = LP.luasafe_signal(LP.ljhook_find, true)
+    assert.is_true(ok, tostring(why))
+    local st = LP.ljhook_stats()
+    assert.equal(n0 + 1, st.pending)
+    assert.equal(89, st.n)
+    p:stop()
+  end)
+
   -- the samples of one call of sp_lua after a torn dispatch table
   -- (ljhook_tear(from): the flag set, the entries from `from` on without
   -- the hook, as an lj_dispatch_update interrupted by profile_signal
