@@ -504,7 +504,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     assert.equal(0, p.nsafe - safe0, "captured stacks after jit.profile started")
   end)
 
-  it("a jit.profile started after a jit.profile.stop() keeps its mode: its line checks deliver a compiled loop's samples",
+  it("a jit.profile started after a jit.profile.stop() keeps its mode: a compiled loop's samples are delivered",
      function()
     -- LuaJIT's luaJIT_profile_start reads its mode ("l", "f") first, then
     -- stops the profiler it finds running, and that stop clears the mode:
