@@ -343,7 +343,7 @@ describe("make doc", function()
     return
   end
 
-  it("keeps every documented function of perf_event in the reference, pe.open among them", function()
+  it("keeps every module (by its @module name) and every documented function of perf_event in the reference", function()
     if not have("ldoc") then pending("no ldoc: tools/setup installs lua-ldoc") return end
     local d = tmpdir()
     -- ldoc writes its built-in style to /tmp/ldoc<$HOME, / as _>: a HOME of
@@ -375,5 +375,20 @@ describe("make doc", function()
       assert.truthy(listed[name], "pe." .. name .. " is documented in init.lua but missing from make doc's Functions")
     end
     assert.truthy(listed.open, "pe.open missing from the reference")
+    -- every module has its page under the name its @module tag gives (a
+    -- header comment ldoc cannot read, as one with a command-line option's
+    -- two dashes in it, leaves the module named by its path)
+    local mods = 0
+    local p = io.popen("find lua/perf_event -name '*.lua'")
+    for path in p:read("*a"):gmatch("[^\n]+") do
+      local name = read(path):match("\n%-%- @module ([%w_.]+)")
+      assert.truthy(name, path .. " has no @module tag")
+      local f = io.open(d .. "/modules/" .. name .. ".html")
+      assert.truthy(f, name .. " (" .. path .. ") has no page of its own in the reference")
+      f:close()
+      mods = mods + 1
+    end
+    p:close()
+    assert.truthy(mods >= 30, mods .. " modules")
   end)
 end)

@@ -1,4 +1,4 @@
---- perf_event.cli.record_lua: `luaperf record --lua`: a command whose Lua
+--- perf_event.cli.record_lua: `luaperf record`'s Lua mode: a command whose Lua
 -- (not a public interface: luaperf's subcommands, run through perf_event.cli's main)
 -- processes profile themselves (LUA_INIT, perf_event.autoprofile), and the
 -- reader of /tmp/perf-PID.map for `record --lua -p PID`.
