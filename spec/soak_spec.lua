@@ -85,19 +85,20 @@ describe("soak", function()
     -- (misc's cpumode 1) and in user space, its CPU time, and the Lua heap
     -- (KiB) at both ends (session 15: once a 1.07 s gap under lua5.1, with
     -- 10676 samples of this task in it: on the CPU the whole time)
-    local gap, most, last, last_cpu, last_kb, at_gap = 0, 0, nil, nil, nil, ""
+    local gap, most, last, last_cpu, last_kb, at_gap, gap_ips = 0, 0, nil, nil, nil, "", nil
     local function drain()
-      local n, nk = 0, 0
+      local n, nk, ips = 0, 0, {}
       for rec in ev:records() do
         if rec.type == "sample" then
           samples = samples + 1 n = n + 1
           if rec.misc % 8 == 1 then nk = nk + 1 end
+          ips[rec.ip] = (ips[rec.ip] or 0) + 1
         elseif rec.type == "lost" or rec.type == "lost_samples" then lost_recs = lost_recs + 1 end
       end
       local t, cpu, kb = core.now(), os.clock(), collectgarbage("count")
       if last and t - last > gap then
-        gap = t - last
-        at_gap = (" (there: %d samples in the kernel, %d in user space, %.1f ms of CPU, heap %d -> %d KiB)")
+        gap, gap_ips = t - last, ips
+        at_gap = (" (there: %d samples in the kernel, %d in user space, %.1f ms of CPU, heap %d -> %d KiB")
           :format(nk, n - nk, (cpu - last_cpu) * 1e3, last_kb, kb)
       end
       if n > most then most = n end
@@ -118,6 +119,20 @@ describe("soak", function()
     run(SECONDS)
     assert(ev:disable())
     drain()
+    if gap_ips then
+      -- the gap's three commonest ips, named (kernel ones by /proc/kallsyms)
+      local list = {}
+      for ip, c in pairs(gap_ips) do list[#list + 1] = { ip = ip, c = c } end
+      table.sort(list, function(x, y) return x.c > y.c end)
+      local symbols = require("perf_event.symbols")
+      local sym = symbols.new()
+      sym:load_maps(U.pid())
+      for i = 1, math.min(3, #list) do
+        local ip = list[i].ip
+        at_gap = at_gap .. ("; %d at %s %s"):format(list[i].c, symbols.hex(ip), sym:name(ip, U.pid()))
+      end
+      at_gap = at_gap .. ")"
+    end
     local seen = ("lost %s in %d LOST records; %d samples at %d Hz; the longest time between drains %.1f ms%s, "
                   .. "the most samples in one drain %d (%d pages of 40-byte records)")
                  :format(tostring(ev:lost()), lost_recs, samples - before, rate, gap * 1e3, at_gap, most, PAGES)
