@@ -98,7 +98,7 @@ describe("soak", function()
       local t, cpu, kb = core.now(), os.clock(), collectgarbage("count")
       if last and t - last > gap then
         gap, gap_ips = t - last, ips
-        at_gap = (" (there: %d samples in the kernel, %d in user space, %.1f ms of CPU, heap %d -> %d KiB")
+        at_gap = (" (there: %d samples in the kernel, %d in user space, %.1f ms of CPU, heap %.0f -> %.0f KiB")
           :format(nk, n - nk, (cpu - last_cpu) * 1e3, last_kb, kb)
       end
       if n > most then most = n end
