@@ -648,13 +648,12 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     assert.is_true(share < 10, sformat("%.1f%% of %d samples in sp_lua with the repairs off", share, n))
     assert.equal(0, repaired)   -- (repairs counted while they were off)
     local spent
-    local before = LP.ljhook_stats().repaired
-    share, n, spent, stuck = torn_run(p, 16, true)
+    share, n, spent, stuck, repaired = torn_run(p, 16, true)
     assert.is_false(stuck, "the torn table was still there after the loop")
     assert.is_true(share >= 90 and n >= 0.5 * 999 * spent,
       sformat("%.1f%% of %d samples in sp_lua (%.3f s of os.clock); most frequent: %s", share, n, spent,
               top_stacks(p, 3)))
-    assert.is_true(LP.ljhook_stats().repaired > before, "no repair counted")
+    assert.is_true(repaired > 0, "no repair counted")
   end)
 
   it("under jit.profile, clears the hook flag a vmevent left set without its dispatch: its samples go on", function()
@@ -710,11 +709,10 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     assert.is_true(n <= 2, n .. " jit.profile callbacks in the loop with the repairs off, "
                    .. plain .. " without the state")
     assert.equal(0, repaired)
-    local before = LP.ljhook_stats().repaired
-    made, n = run(true, true)
+    made, n, repaired = run(true, true)
     assert.is_true(made, "LuaJIT updated its dispatch after the vmevent: no state to repair")
     assert.is_true(n >= 0.5 * plain, n .. " jit.profile callbacks in the loop, " .. plain .. " without the state")
-    assert.is_true(LP.ljhook_stats().repaired > before, "no repair counted")
+    assert.is_true(repaired > 0, "no repair counted")
   end)
 
   it("rewrites a stale dispatch table (flag clear, entries the hook): no endless re-dispatch in a callback", function()

@@ -79,30 +79,36 @@ describe("soak", function()
     local ev = assert(pe.open({ event = "task-clock", sample_freq = rate,
       sample_type = "ip|tid|time|period", disabled = true }, { pages = PAGES }))
     local samples, lost_recs = 0, 0
-    -- for a loss's message: the longest wall time between two drains' ends,
-    -- the most samples one drain took, and for the drain after the longest
-    -- gap, what the thread did meanwhile: its samples in the kernel
-    -- (misc's cpumode 1) and in user space, its CPU time, and the Lua heap
-    -- (KiB) at both ends (session 15: once a 1.07 s gap under lua5.1, with
-    -- 10676 samples of this task in it: on the CPU the whole time)
+    -- for a loss's message: the longest wall time from one drain's end to
+    -- the next one's start, the most samples one drain took, and for the
+    -- drain after the longest gap (only that one tallies, to keep the
+    -- drains as cheap as before), what the thread did meanwhile: its
+    -- samples in the kernel (misc's cpumode 1) and in user space, their
+    -- commonest ips, its CPU time and the Lua heap (KiB) at both ends
+    -- (session 15: once a 1.07 s gap under lua5.1, with 10676 samples of
+    -- this task in it: on the CPU the whole time)
     local gap, most, last, last_cpu, last_kb, at_gap, gap_ips = 0, 0, nil, nil, nil, "", nil
     local function drain()
-      local n, nk, ips = 0, 0, {}
+      local t0 = core.now()
+      local longest = last and t0 - last > gap
+      local n, nk, ips = 0, 0, longest and {} or nil
       for rec in ev:records() do
         if rec.type == "sample" then
           samples = samples + 1 n = n + 1
-          if rec.misc % 8 == 1 then nk = nk + 1 end
-          ips[rec.ip] = (ips[rec.ip] or 0) + 1
+          if ips then
+            if rec.misc % 8 == 1 then nk = nk + 1 end
+            ips[rec.ip] = (ips[rec.ip] or 0) + 1
+          end
         elseif rec.type == "lost" or rec.type == "lost_samples" then lost_recs = lost_recs + 1 end
       end
-      local t, cpu, kb = core.now(), os.clock(), collectgarbage("count")
-      if last and t - last > gap then
-        gap, gap_ips = t - last, ips
+      local cpu, kb = os.clock(), collectgarbage("count")
+      if longest then
+        gap, gap_ips = t0 - last, ips
         at_gap = (" (there: %d samples in the kernel, %d in user space, %.1f ms of CPU, heap %.0f -> %.0f KiB")
           :format(nk, n - nk, (cpu - last_cpu) * 1e3, last_kb, kb)
       end
       if n > most then most = n end
-      last, last_cpu, last_kb = t, cpu, kb
+      last, last_cpu, last_kb = core.now(), cpu, kb
     end
     local function run(secs)
       local stop = core.now() + secs
