@@ -106,6 +106,9 @@ describe("perf_event.openresty, installed by the rock, in a user's nginx.conf", 
     local doc = assert(read("doc/openresty.md"))
     local snippet = doc:match("\n## 2%. The nginx%.conf lines\n.-```nginx\n(.-\n)```")
     assert(snippet, "no ```nginx block under '## 2. The nginx.conf lines' in doc/openresty.md")
+    -- the doc's load_module lines, which must hold under this run's -p prefix
+    local modules = doc:match("\n```nginx\n(load_module [^`]-)\n```")
+    assert(modules, "no ```nginx block of load_module lines in doc/openresty.md")
     local c, n = snippet, 0
     local function sub(from, to)
       local k
@@ -146,8 +149,7 @@ describe("perf_event.openresty, installed by the rock, in a user's nginx.conf", 
       "worker_processes 2;",
       "pid logs/nginx.pid;",
       "error_log logs/error.log notice;",
-      "load_module /usr/lib/nginx/modules/ndk_http_module.so;",
-      "load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;",
+      modules,
       extra_main or "",
       "events { worker_connections 1024; }",
       c }, "\n")
