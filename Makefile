@@ -10,6 +10,7 @@
 #   make test-user       as root, after make test: the suite again as uid 65534
 #                        (what needs root skips, saying why)
 #   make lint            luacheck + cppcheck
+#   make dist            dist/perf_event-0.1.0.tar.gz and dist/perf_event-0.1.0-1.src.rock
 
 LUA ?= luajit
 CC ?= cc
@@ -213,3 +214,18 @@ soak: fixtures all
 	PE_SOAK=long PE_SUITES=luajit tools/runtests spec/soak_spec.lua
 
 .PHONY: fuzz fuzz-build fuzz-seed test-valgrind soak
+
+# ---- release: make dist -> dist/perf_event-$(VERSION).tar.gz and
+# dist/perf_event-$(VERSION)-1.src.rock (rockspec/perf_event-$(VERSION)-1.rockspec
+# with the archive, zipped as `luarocks pack` would).  The archive is `git archive` of HEAD: what is committed,
+# not the work tree.
+VERSION := 0.1.0
+DIST := dist
+.PHONY: dist
+dist:
+	@mkdir -p $(DIST)
+	rm -f $(DIST)/perf_event-$(VERSION).tar.gz $(DIST)/perf_event-$(VERSION)-1.src.rock
+	git archive --format=tar.gz --prefix=perf_event-$(VERSION)/ -o $(DIST)/perf_event-$(VERSION).tar.gz HEAD
+	cp rockspec/perf_event-$(VERSION)-1.rockspec $(DIST)/
+	cd $(DIST) && zip -q perf_event-$(VERSION)-1.src.rock perf_event-$(VERSION)-1.rockspec perf_event-$(VERSION).tar.gz
+	rm -f $(DIST)/perf_event-$(VERSION)-1.rockspec
