@@ -136,7 +136,7 @@ describe("breakpoints", function()
              exclude_kernel = true, exclude_hv = true, name = name or "bp" }
   end
 
-  -- This VM's debug registers (doc/events.md): now and then a breakpoint's
+  -- A VM's debug registers (doc/events.md): now and then a breakpoint's
   -- debug exception comes with DR6 empty, which Linux counts for no event
   -- and answers with SIGTRAP (si_code TRAP_BRKPT) - a W breakpoint then
   -- counts one write short - and once in a full run a W breakpoint counted

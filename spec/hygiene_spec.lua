@@ -57,7 +57,7 @@ describe("test hygiene", function()
   it("no test registers two finally blocks (busted runs only the last one)", function()
     -- busted/init.lua: `element.env.finally = function(fn) finally = fn end`:
     -- a test's first finally is dropped, so what it opened stays open when
-    -- the test fails (session 14 found three such tests). A test runs from
+    -- the test fails. A test runs from
     -- its `it(` to the `end)` at the same indent; helpers between tests that
     -- call finally once per call are not counted
     local function twice(text)

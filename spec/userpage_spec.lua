@@ -91,7 +91,7 @@ describe("user page read (simulated page, injected rdpmc/rdtsc)", function()
     assert.are.equal("noindex", r.status)
     assert.are.equal(0, r.pmc_calls)
     assert.is_nil(r.value)
-    r = sim { capabilities = 2, index = 3, pmc_width = 48, offset = 5, pmc = 1 }  -- this VM's caps
+    r = sim { capabilities = 2, index = 3, pmc_width = 48, offset = 5, pmc = 1 }  -- a PMU-less VM's caps
     assert.are.equal("nocap", r.status)
     assert.are.equal(0, r.pmc_calls)
     r = sim { capabilities = RDPMC + TIME, index = 3, pmc_width = 0, pmc = 1 }
@@ -209,7 +209,7 @@ describe("time_conv (D21)", function()
     if caps % (2 * TIME_ZERO) >= TIME_ZERO then
       assert.is_table(c)
       assert.is_true(c.time_mult > 0)
-    else                              -- this VM: caps=0x2 (CHECKLIST D10)
+    else                              -- a VM without a PMU: caps=0x2 (CHECKLIST D10)
       assert.is_nil(c)
       assert.matches("time_conv%(task%-clock%): .*cap_user_time_zero", msg)
     end
@@ -225,7 +225,7 @@ describe("user page on real events", function()
     assert.is_true(info.mapped)
     assert.is_true(info.self)
     local caps = tonumber(info.capabilities)
-    if caps % (2 * RDPMC) < RDPMC then            -- this VM: no rdpmc (CHECKLIST D10)
+    if caps % (2 * RDPMC) < RDPMC then            -- a VM without a PMU: no rdpmc (CHECKLIST D10)
       assert.is_false(info.rdpmc)
       assert.are.equal("read(2): the kernel does not offer rdpmc on this event (cap_user_rdpmc=0)",
                        info.read_path)

@@ -193,7 +193,7 @@ if arg[1] == "--once" then
 end
 
 if arg[1] == "--paired" then
-  -- The paired bench: per-sample costs resolved below this VM's noise.
+  -- The paired bench: per-sample costs resolved below a shared VM's noise.
   -- Each profiler is armed once per round (its traces compiled with its
   -- checks, sampling off), then its sampling is switched on and off for
   -- chunks of the workload (~CHUNK s of CPU each) in ABBA order, so that

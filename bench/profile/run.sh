@@ -13,8 +13,8 @@
 # and "armed", a profile with one sample per 100 s (none in the run), gives
 #   armed = (Ir(armed,N2) - Ir(armed,N1)) / (Ir(none,N2) - Ir(none,N1)) - 1
 # what an armed profile costs the work itself (LuaJIT's line checks). (At
-# 1 Hz, as until session 9, the N2 run took a sample, whose capture, drain
-# and naming then counted as the work's: that made "armed" +0.4..+8 %.)
+# 1 Hz the N2 run would take a sample, whose capture, drain and naming
+# would count as the work's: that made "armed" +0.4..+8 %.)
 # On LuaJIT the traces a run compiles differ a little from run to run: the
 # counts move by about 1 % (2 % seen), which is ~2k Ir per sample at 999 Hz.
 # Under valgrind the code runs ~30x slower, so a cpu-clock profile takes ~30x
