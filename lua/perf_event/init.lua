@@ -48,8 +48,12 @@ function M.pmus()
   return mod("pmu").pmus()
 end
 
---- One PMU by name, or nil.
+--- One PMU by name, or `nil, message` naming the PMUs there are; raises when
+-- `name` is not a string.
 function M.pmu(name)
+  if type(name) ~= "string" then
+    error(("bad argument #1 to 'pmu' (string expected, got %s)"):format(type(name)), 2)
+  end
   return mod("pmu").pmu(name)
 end
 

@@ -160,17 +160,24 @@ end
 -- @tparam string name e.g. "msr"
 -- @treturn[1] table `{name=, type=, format={term={config=,bits=,width=}}, events={alias={terms=,
 --   params=, scale=, unit=, per_pkg=, snapshot=}}, caps=, cpumask=, cpus=, mux_interval_ms=}`
--- @treturn[2] nil if there is no such PMU
+-- @treturn[2] nil
+-- @treturn[2] string "no PMU named ... (the PMUs here: ...)"
+-- @raise when name is not a string
 function M.pmu(name)
-  if type(name) ~= "string" or name == "" or find(name, "/", 1, true) or name == "." or name == ".." then
-    return nil
+  if type(name) ~= "string" then
+    error(("bad argument #1 to 'pmu' (string expected, got %s)"):format(type(name)), 2)
   end
-  local p = cache[name]
-  if p == nil then
-    p = load_pmu(name) or false
-    cache[name] = p
+  local p = false
+  if name ~= "" and not find(name, "/", 1, true) and name ~= "." and name ~= ".." then
+    p = cache[name]
+    if p == nil then
+      p = load_pmu(name) or false
+      cache[name] = p
+    end
   end
-  return p or nil
+  if p then return p end
+  local shown = #name > 60 and name:sub(1, 57) .. "..." or name
+  return nil, format("no PMU named %q (the PMUs here: %s)", shown, concat(M.names(), ", "))
 end
 
 --- Names of all PMUs, sorted (or in sysfs readdir order, the order perf uses).
