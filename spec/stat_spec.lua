@@ -196,9 +196,9 @@ describe("counter sets", function()
     local pe_ok = pe.open("cycles")
     if pe_ok then pe_ok:close() pending("a hardware PMU: cycles opens here") return end
     local set = assert(stat.open("page-faults,cycles", { disabled = true, keep_going = true }))
-    set:enable()
+    assert.is_true(set:enable())          -- doc/api.md: true, or fail
     require("petest").touch_pages(64)     -- 64 fresh pages: 64 faults at least
-    set:disable()
+    assert.is_true(set:disable())
     local r = set:read()
     set:close()
     assert.is_true(r[1].counted)
