@@ -58,7 +58,6 @@ local function pstring(s)
   local len = align(#s + 1, NAME_ALIGN)
   return u32(len) .. s .. rep("\0", len - #s)
 end
-M.pstring = pstring
 
 -- the one-line files of /proc and /sys (fs.read strips the newline)
 local function read_first_line(path)
@@ -122,13 +121,11 @@ local function sample_id_trailer(sample_type, pid, tid, id)
   return concat(out)
 end
 
---- A PERF_RECORD_MMAP of the kernel text as perf record synthesizes it
+-- A PERF_RECORD_MMAP of the kernel text as perf record synthesizes it
 -- ("[kernel.kallsyms]_text", start = pgoff = _text), or nil when
 -- /proc/kallsyms does not show the address.
--- @tparam number sample_type the events' sample_type (for the sample_id trailer)
--- @tparam boolean sample_id_all whether the events have sample_id_all
--- @treturn string|nil the record's bytes
-function M.kernel_mmap(sample_type, sample_id_all)
+-- sample_type: the events' (for the sample_id trailer); sample_id_all: whether they have it
+local function kernel_mmap(sample_type, sample_id_all)
   local text = kernel_text()
   if not text then return nil end
   local name = "[kernel.kallsyms]_text"
@@ -207,7 +204,7 @@ function M.create(path, events, opts)
   w.data_offset = off
   f:write(concat(parts))
   local first = attrs[1]
-  local km = first and M.kernel_mmap(first.sample_type, first.sample_id_all)
+  local km = first and kernel_mmap(first.sample_type, first.sample_id_all)
   if km then w:add(km) end
   local pids = {}
   if opts.all then   -- system wide: every process, as perf record -a

@@ -81,7 +81,6 @@ else
     return nil
   end
 end
-M.int_at = int_at
 
 local ELEM = {
   char = 1, ["unsigned char"] = 1, u8 = 1, s8 = 1, __u8 = 1, bool = 1,
