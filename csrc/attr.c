@@ -1,5 +1,5 @@
 /*
- * attr.c - struct perf_event_attr <-> Lua table (CHECKLIST B).
+ * attr.c - struct perf_event_attr <-> Lua table (doc/coverage.md B).
  *
  * Owns: the encoder/decoder used by open, modify and attr(), which walk
  * abi.c's tables (pe_attr_fields: every attr field by its header name;

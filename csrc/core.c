@@ -35,7 +35,7 @@ static int l_scale(lua_State *L)
 
 /* core.explain(errno, attr [, {pid=, cpu=, cgroup=bool, name=}]) -> the
  * message perf_event_open's errno gets for this attr: the hint table made
- * visible, for teaching and for checking every errno of CHECKLIST I. */
+ * visible, for teaching and for checking every errno of doc/coverage.md I. */
 static int l_explain(lua_State *L)
 {
   int err = pe_check_int(L, 1, "explain: errno", 0, INT_MAX);

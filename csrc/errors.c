@@ -2,7 +2,7 @@
  * errors.c - turning an errno into something a person can act on.
  *
  * Owns: the luaposix-style nil/message/errno triple, and the
- * hints for perf_event_open's errnos (CHECKLIST I), which look at the attr,
+ * hints for perf_event_open's errnos (doc/coverage.md I), which look at the attr,
  * pid and cpu to name the likely cause.
  */
 #include <errno.h>

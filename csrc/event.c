@@ -4,7 +4,7 @@
  * Owns: enable/disable/reset/refresh/period/set_output/set_filter/set_bpf/
  * pause_output/modify/query_bpf, read (through the user page when it can
  * be used, read(2) otherwise; pe_event_read, shared with fast.c),
- * read_raw, close, fd, id, name, attr, info, tostring (CHECKLIST A, C,
+ * read_raw, close, fd, id, name, attr, info, tostring (doc/coverage.md A, C,
  * G), the "perf_event.event" metatable with ring.c's sampling methods,
  * and enable_all/disable_all (prctl).  Opening, closing and the fork
  * generation are lifecycle.c's; groups group.c's.
@@ -84,7 +84,7 @@ static int l_set_output(lua_State *L)
 {
   pe_event *ev = pe_check_event(L, 1);
   pe_event *t = NULL;
-  long target = -1;    /* must be a long: see CHECKLIST G7 */
+  long target = -1;    /* must be a long: see doc/coverage.md G7 */
   int rc;
   if (!lua_isnoneornil(L, 2)) {
     t = pe_test_event(L, 2);

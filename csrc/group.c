@@ -1,5 +1,5 @@
 /*
- * group.c - perf_event.group: events read and switched as one (CHECKLIST C).
+ * group.c - perf_event.group: events read and switched as one (doc/coverage.md C).
  *
  * Owns: core.make_group, the "perf_event.group" metatable and its methods
  * (enable/disable/reset leader-last, read with each member's value picked

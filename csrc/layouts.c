@@ -1,5 +1,5 @@
 /*
- * layouts.c - the decode layouts of events sharing one ring (CHECKLIST E6).
+ * layouts.c - the decode layouts of events sharing one ring (doc/coverage.md E6).
  *
  * Owns: the reference-counted tables ev->own_lt / ev->out_lt.  When another
  * event is redirected into a ring with set_output, the ring's table learns

@@ -4,7 +4,7 @@
  * Owns: struct layouts (perf_event_attr up to config3 / size 136, the mmap
  * user page, record header), every PERF_* constant the binding uses, and
  * the ioctl request codes.  Written from the UAPI documentation and checked
- * against the running kernel (see shared/spec/CHECKLIST.md sections B-G);
+ * against the running kernel (see doc/coverage.md sections B-G);
  * the build never includes <linux/perf_event.h>, so it does not depend on
  * the host's linux-libc-dev version.  Names carry a PE_ prefix so they can
  * coexist with the system header if a user includes both.

@@ -203,7 +203,7 @@ typedef struct pe_event {
   size_t scratch_len;
   struct pe_attr attr;       /* what was passed to the kernel */
   unsigned gen;              /* pe_fork_gen when created (see below) */
-  /* shared rings (layouts.c, CHECKLIST E6): the decode layouts, by id, of
+  /* shared rings (layouts.c, doc/coverage.md E6): the decode layouts, by id, of
    * the events whose records go to a ring.  own_lt: the table of this
    * event's own ring (created when another event is redirected into it);
    * out_lt: the table of the ring this event was redirected to by

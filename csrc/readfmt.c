@@ -1,6 +1,6 @@
 /*
  * readfmt.c - the read(2) layouts of all 32 read_format combinations
- * (CHECKLIST C1-C7) and multiplex scaling.
+ * (doc/coverage.md C1-C7) and multiplex scaling.
  *
  * Owns: pe_readfmt_decode (bounds-checked, used for read(2) results and for
  * READ records and PERF_SAMPLE_READ payloads), pe_scale, and the Lua view.

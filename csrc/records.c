@@ -1,5 +1,5 @@
 /*
- * records.c - decoding of perf records into Lua tables (CHECKLIST E).
+ * records.c - decoding of perf records into Lua tables (doc/coverage.md E).
  *
  * Owns: pe_decode_record (every record type of E7-E19f, the sample_id_all
  * trailer of E4/E5, every sample_type bit of E20-E35 in the kernel's

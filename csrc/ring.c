@@ -1,5 +1,5 @@
 /*
- * ring.c - the mmap ring buffer and the record stream (CHECKLIST D, F).
+ * ring.c - the mmap ring buffer and the record stream (doc/coverage.md D, F).
  *
  * Owns: the sampling methods of "perf_event.event" (records, poll, lost,
  * ring, map_aux, aux; records.lua's hooks are functions in core._private,

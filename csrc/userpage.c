@@ -1,6 +1,6 @@
 /*
  * userpage.c - reading a self-monitoring counter from the mmap'ed user page
- * (CHECKLIST D18-D23): the seqlock loop, rdpmc with pmc_width sign
+ * (doc/coverage.md D18-D23): the seqlock loop, rdpmc with pmc_width sign
  * extension, the cap_user_time(_short) conversion of time_enabled and
  * time_running, and perf-timestamp <-> TSC conversion (D21).
  *

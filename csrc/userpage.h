@@ -1,6 +1,6 @@
 /*
  * userpage.h - the self-monitoring read through the mmap'ed user page
- * (CHECKLIST D18-D23) and the plain C fast-path entry points (fast.c).
+ * (doc/coverage.md D18-D23) and the plain C fast-path entry points (fast.c).
  */
 #ifndef PE_USERPAGE_H
 #define PE_USERPAGE_H

@@ -1,4 +1,4 @@
--- attr encoding (CHECKLIST B): every field lands at its offset, every flag
+-- attr encoding (doc/coverage.md B): every field lands at its offset, every flag
 -- on its bit, bit names resolve, 64-bit values stay exact, mistakes raise.
 local core = require("perf_event.core")
 local U = require("support.util")

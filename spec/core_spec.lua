@@ -329,7 +329,7 @@ describe("pe.enable_all / pe.disable_all (prctl)", function()
   end)
 end)
 
-describe("open flags and targets (CHECKLIST A)", function()
+describe("open flags and targets (doc/coverage.md A)", function()
   local function fd_flags(fd)
     local f = io.open("/proc/self/fdinfo/" .. fd)
     local s = f:read("*a")

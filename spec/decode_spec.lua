@@ -1,5 +1,5 @@
 -- core.decode_record on synthetic byte buffers built to the documented
--- layouts (CHECKLIST E): the hardware-only payloads this machine never
+-- layouts (doc/coverage.md E): the hardware-only payloads this machine never
 -- produces, every record type, and malformed records (clean errors; the
 -- asan suite proves no out-of-bounds read).
 local core = require("perf_event.core")

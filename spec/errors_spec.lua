@@ -1,4 +1,4 @@
--- Errors: the nil, message, errno triple for every errno of CHECKLIST I the
+-- Errors: the nil, message, errno triple for every errno of doc/coverage.md I the
 -- kernel gives here, messages that name the errno and what to do, and
 -- raised errors for caller mistakes.
 local pe = require("perf_event")
@@ -448,7 +448,7 @@ describe("strerror", function()
 end)
 
 -- simulated where the kernel here cannot be made to fail that way
-describe("the hint for every perf_event_open errno (CHECKLIST I)", function()
+describe("the hint for every perf_event_open errno (doc/coverage.md I)", function()
   local sw = { type = "software", config = 1 }
   local cases = {
     { 7, sw, nil, "E2BIG", "attr size" },

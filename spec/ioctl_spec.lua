@@ -1,4 +1,4 @@
--- Every ioctl of CHECKLIST G as a method, with its effect asserted against
+-- Every ioctl of doc/coverage.md G as a method, with its effect asserted against
 -- the kernel: refresh, period, set_output, set_filter, set_bpf, query_bpf,
 -- pause_output, id (modify and enable/disable/reset are in core_spec).
 local pe = require("perf_event")

@@ -1,4 +1,4 @@
--- read(2) layouts for all 32 read_format combinations (CHECKLIST C1-C7):
+-- read(2) layouts for all 32 read_format combinations (doc/coverage.md C1-C7):
 -- on the real kernel, and on synthetic buffers for scaling and truncation.
 local pe = require("perf_event")
 local core = require("perf_event.core")

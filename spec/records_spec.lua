@@ -1,5 +1,5 @@
 -- Records from the real kernel: exact sample counts and fields, tracepoint
--- payloads, every side-band record type this machine emits (CHECKLIST K),
+-- payloads, every side-band record type this machine emits (doc/coverage.md K),
 -- callchains, per-CPU system-wide sampling.
 local pe = require("perf_event")
 local rb = require("support.rb_build")

@@ -1,4 +1,4 @@
--- The ring buffer against the real kernel (CHECKLIST D, F): drain while
+-- The ring buffer against the real kernel (doc/coverage.md D, F): drain while
 -- filling across wraps, loss accounting, data_tail publication, poll,
 -- overwrite (write_backward) mode, set_output sharing, AUX mapping errors;
 -- and the same code on simulated rings for what the kernel never produces.

@@ -1,4 +1,4 @@
--- One ring shared by events with different sample layouts (CHECKLIST E6):
+-- One ring shared by events with different sample layouts (doc/coverage.md E6):
 -- set_output teaches the target's ring the redirected event's id and
 -- layout; records are attributed by PERF_SAMPLE_IDENTIFIER and decoded with
 -- their own event's sample_type.  Real tracepoints with exact counts, and

@@ -1,4 +1,4 @@
--- The self-monitoring read through the user page (CHECKLIST D18-D21, K24,
+-- The self-monitoring read through the user page (doc/coverage.md D18-D21, K24,
 -- K25).  This machine has no hardware PMU (caps=0x2, index=0), so the
 -- rdpmc path runs only against simulated pages: U.sim().userpage_sim builds a
 -- perf_event_mmap_page in memory and reads it with the same C function
@@ -209,7 +209,7 @@ describe("time_conv (D21)", function()
     if caps % (2 * TIME_ZERO) >= TIME_ZERO then
       assert.is_table(c)
       assert.is_true(c.time_mult > 0)
-    else                              -- a VM without a PMU: caps=0x2 (CHECKLIST D10)
+    else                              -- a VM without a PMU: caps=0x2 (doc/coverage.md D10)
       assert.is_nil(c)
       assert.matches("time_conv%(task%-clock%): .*cap_user_time_zero", msg)
     end
@@ -225,7 +225,7 @@ describe("user page on real events", function()
     assert.is_true(info.mapped)
     assert.is_true(info.self)
     local caps = tonumber(info.capabilities)
-    if caps % (2 * RDPMC) < RDPMC then            -- a VM without a PMU: no rdpmc (CHECKLIST D10)
+    if caps % (2 * RDPMC) < RDPMC then            -- a VM without a PMU: no rdpmc (doc/coverage.md D10)
       assert.is_false(info.rdpmc)
       assert.are.equal("read(2): the kernel does not offer rdpmc on this event (cap_user_rdpmc=0)",
                        info.read_path)

@@ -1,4 +1,4 @@
---- The generic event names perf knows without sysfs (CHECKLIST H13-H15):
+--- The generic event names perf knows without sysfs (doc/coverage.md H13-H15):
 -- hardware, software and hardware-cache names, with their aliases.
 -- Names only: the numbers are the C core's (core.abi); parse.lua resolves
 -- names, pmu.lua lists them.

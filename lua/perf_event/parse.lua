@@ -1,4 +1,4 @@
---- Event strings in perf's syntax -> perf_event_attr tables (CHECKLIST H13-H22).
+--- Event strings in perf's syntax -> perf_event_attr tables (doc/coverage.md H13-H22).
 -- Pure Lua over sysfs (pmu.lua) and tracefs (tracepoint.lua).  The attr
 -- built for a string equals what `perf stat -vv -e STRING` prints (perf 6.1
 -- rules, modifiers included); spec/perf_oracle_spec.lua checks that.

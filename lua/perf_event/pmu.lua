@@ -1,4 +1,4 @@
---- PMU discovery from sysfs (CHECKLIST H6-H11) and the perf sysctls (H1-H5).
+--- PMU discovery from sysfs (doc/coverage.md H6-H11) and the perf sysctls (H1-H5).
 -- Reads `<root>/<pmu>/{type,format/*,events/*,caps/*,cpumask,cpus,...}`
 -- where root defaults to /sys/bus/event_source/devices and can be pointed
 -- at a fixture tree with `set_root`.

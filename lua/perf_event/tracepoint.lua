@@ -1,4 +1,4 @@
---- Tracepoints from tracefs (CHECKLIST B7, H12, H19): where tracefs is
+--- Tracepoints from tracefs (doc/coverage.md B7, H12, H19): where tracefs is
 -- mounted, a tracepoint's id and its `format` fields, and name globs.
 -- Not a public interface: reached through perf_event (doc/api.md lists what is).
 -- @module perf_event.tracepoint
