@@ -69,7 +69,7 @@ intptr_t pe_libc_read(int fd, void *buf, size_t len) __asm__("read");
 local lib
 do
   local path = P.path                   -- where perf_event.native loaded it from
-  local ok, l = pcall(ffi.load, path or "perf_event.core")
+  local ok, l = pcall(ffi.load, path)
   if ok then
     local same
     ok, same = pcall(function()
