@@ -140,8 +140,8 @@ end
 -- pcall(require, "perf_event.x"), a module's name as a table's value or a
 -- list's item (require(SUB[cmd]) over a table of names), and calls of a local helper
 -- `function h(name) return require("perf_event." .. name) end` with a literal
-local function requires(toks, known)
-  local out, seen = {}, {}
+local function requires(toks, known, self)
+  local out, seen = {}, { [self] = true }     -- a module naming itself (a message, a field) is no edge
   local function add(name, line)
     if known[name] and not seen[name] then
       seen[name] = true
@@ -220,7 +220,7 @@ local function scan_all()
   for _, path in ipairs(lua_files()) do
     local src = assert(U.read(path), path)
     local toks = tokens(src)
-    files[path] = { name = module_name(path), toks = toks, src = src, requires = requires(toks, known),
+    files[path] = { name = module_name(path), toks = toks, src = src, requires = requires(toks, known, module_name(path)),
                     functions = functions(toks) }
   end
   return files, known
