@@ -1,6 +1,6 @@
---- perf_event.cli.record_output: where `luaperf record`'s samples go --
+--- perf_event.cli.record_output: where `luaperf record`'s samples go:
 -- folded stacks (the default), perf.data (perf_event.perfdata), pprof or
--- speedscope (perf_event.pprof's recorder) -- and the closing accounts:
+-- speedscope (perf_event.pprof's recorder): and the closing accounts:
 -- the samples the kernel dropped, written as such in every format.
 -- (not a public interface: luaperf's subcommands, run through perf_event.cli's main)
 -- @module perf_event.cli.record_output

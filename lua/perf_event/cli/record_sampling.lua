@@ -1,4 +1,4 @@
---- perf_event.cli.record_sampling: how `luaperf record` samples -- the
+--- perf_event.cli.record_sampling: how `luaperf record` samples: the
 -- events it opens (each -e on every thread and CPU, with perf record's
 -- sample_type, rings and fallbacks), the copy of the rings out and their
 -- decoding, and the poll loop that runs until the command or the targets

@@ -1,4 +1,4 @@
---- perf_event.parse.lex: the event-string scanner's pieces -- errors with a
+--- perf_event.parse.lex: the event-string scanner's pieces: errors with a
 -- position (raised as tables, rendered with a caret under the bad spot),
 -- "did you mean" suggestions, and reading words, numbers and patterns at
 -- the cursor `st = {s=, pos=}`.

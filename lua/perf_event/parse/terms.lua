@@ -1,4 +1,4 @@
---- perf_event.parse.terms: what follows an event name -- the `:ukhGHIpPSDWeb`
+--- perf_event.parse.terms: what follows an event name: the `:ukhGHIpPSDWeb`
 -- modifiers (perf 6.1 get_event_modifier / check_modifier) and the terms
 -- inside `pmu/.../` (sysfs format/ fields and perf's generic terms).
 -- Not a public interface: reached through perf_event (doc/api.md lists what is).

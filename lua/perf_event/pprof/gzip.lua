@@ -1,4 +1,4 @@
---- perf_event.pprof.gzip: gzip through a maintained zlib -- Debian's
+--- perf_event.pprof.gzip: gzip through a maintained zlib: Debian's
 -- lua-zlib (`require "zlib"`), else libz.so.1 through the LuaJIT FFI (its
 -- z_stream and functions declared under names of our own).
 -- Not a public interface: reached through perf_event.pprof (gzip, gzip_available).

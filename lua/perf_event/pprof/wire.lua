@@ -1,5 +1,5 @@
 --- perf_event.pprof.wire: the protobuf wire format pprof's profile.proto
--- is written in -- varints (from numbers, Lua 5.3 integers, LuaJIT uint64
+-- is written in: varints (from numbers, Lua 5.3 integers, LuaJIT uint64
 -- cdata or "0x..." strings), and varint, length-delimited and packed
 -- repeated fields appended to a buffer.
 -- Not a public interface: reached through perf_event.pprof.

@@ -1,4 +1,4 @@
---- perf_event.stat.report: a counting result as `perf stat` shows it --
+--- perf_event.stat.report: a counting result as `perf stat` shows it:
 -- the derived metrics (CPUs utilized, GHz, insn per cycle, K/sec, shares of
 -- branches and cache references), the lines of its table, `-x` CSV, `-j`
 -- JSON, the mean of `-r N` runs and the whole block; and the metatable of

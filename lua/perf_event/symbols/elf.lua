@@ -1,5 +1,5 @@
 --- perf_event.symbols.elf: ELF64 files as the symbolizer reads them, in
--- pure Lua -- the function symbols of `.symtab`/`.dynsym` (perf's choice
+-- pure Lua: the function symbols of `.symtab`/`.dynsym` (perf's choice
 -- between aliases), PLT entries, PT_LOAD segments, the build-id, and the
 -- `.gnu_debuglink` name and the build-id the separate debug file is found by
 -- (perf_event.symbols looks for it and caches the files).  perf_event.symbols
