@@ -12,20 +12,19 @@ local U = require("support.util")
 local MAX_LUA_FILE, MAX_C_FILE, MAX_LUA_FUNCTION = 600, 800, 150
 
 -- TEMPORARY: files being split on other branches.  Each entry excuses that
--- file (and only it) from the checks named; empty this list once those
--- branches are merged.
+-- file (and only it) from the checks named: `size` (its line count), `func`
+-- (its functions' lengths), `cycle = "M"` (its require of module M is left
+-- out of the graph: the perf_event.profile files that require perf_event,
+-- which requires perf_event.profile).  Empty this list once those branches
+-- are merged.
+local SPLIT = "being split on another branch"
 local TEMPORARY_ALLOW = {
-  ["csrc/luasafe.c"] = { size = true, reason = "being split on another branch" },
-  ["lua/perf_event/profile/init.lua"] = { func = true, cycle = true, reason = "being split on another branch" },
-  ["lua/perf_event/profile/hook.lua"] = { cycle = true, reason = "being split on another branch" },
-  ["lua/perf_event/profile/safepoint.lua"] = { cycle = true, reason = "being split on another branch" },
-  ["lua/perf_event/profile/raw.lua"] = { cycle = true, reason = "being split on another branch" },
-  ["lua/perf_event/profile/registry.lua"] = { cycle = true, reason = "being split on another branch" },
-  ["lua/perf_event/profile/resolve.lua"] = { cycle = true, reason = "being split on another branch" },
-  ["lua/perf_event/profile/aggregate.lua"] = { cycle = true, reason = "being split on another branch" },
-  ["lua/perf_event/profile/opts.lua"] = { cycle = true, reason = "being split on another branch" },
-  ["lua/perf_event/profile/naming.lua"] = { cycle = true, reason = "being split on another branch" },
-  ["lua/perf_event/profile/selftest.lua"] = { cycle = true, reason = "being split on another branch" },
+  ["csrc/luasafe.c"] = { size = true, reason = SPLIT },
+  ["lua/perf_event/profile/init.lua"] = { func = true, cycle = "perf_event", reason = SPLIT },
+  ["lua/perf_event/profile/hook.lua"] = { cycle = "perf_event", reason = SPLIT },
+  ["lua/perf_event/profile/resolve.lua"] = { cycle = "perf_event", reason = SPLIT },
+  ["lua/perf_event/profile/safepoint.lua"] = { cycle = "perf_event", reason = SPLIT },
+  ["lua/perf_event/profile/selftest.lua"] = { cycle = "perf_event", reason = SPLIT },
 }
 
 local function allowed(path, what)
@@ -220,7 +219,8 @@ local function scan_all()
   for _, path in ipairs(lua_files()) do
     local src = assert(U.read(path), path)
     local toks = tokens(src)
-    files[path] = { name = module_name(path), toks = toks, src = src, requires = requires(toks, known, module_name(path)),
+    local name = module_name(path)
+    files[path] = { name = name, toks = toks, src = src, requires = requires(toks, known, name),
                     functions = functions(toks) }
   end
   return files, known
@@ -254,6 +254,30 @@ describe("the Lua require graph", function()
     assert.are.same({ "perf_event.cli", "perf_event.core" }, edges("bin/luaperf"))
   end)
 
+  it("the scanner skips comments and strings, and measures functions as luac does", function()
+    local src = table.concat({
+      '#!/usr/bin/env lua',
+      '-- require("perf_event.a") in a comment',
+      '--[==[ require("perf_event.b")',
+      ']==] local s = [[ require("perf_event.c") ]]',
+      'local t = "require(\\"perf_event.d\\")"',
+      'local function f()',
+      '  if s then return require("perf_event.e") end',
+      '  for i = 1, 2 do repeat local x = i until x end',
+      'end',
+      'local g = function() return pcall(require, "perf_event.f") end',
+      'local SUB = { x = "perf_event.g" }',
+    }, "\n")
+    local names = {}
+    for c in ("abcdefg"):gmatch(".") do names["perf_event." .. c] = true end
+    local toks = tokens(src)
+    local got = {}
+    for _, r in ipairs(requires(toks, names, "self")) do got[#got + 1] = r.name .. "@" .. r.line end
+    table.sort(got)
+    assert.are.same({ "perf_event.e@7", "perf_event.f@10", "perf_event.g@11" }, got)
+    assert.are.same({ { 6, 9 }, { 10, 10 } }, functions(toks))
+  end)
+
   it("the cycle finder reports a cycle it is given, and none in a chain", function()
     assert.same({ "a", "b", "c", "a" }, find_cycle({ a = { b = true }, b = { c = true }, c = { a = true } }))
     assert.is_nil(find_cycle({ a = { b = true }, b = { c = true }, c = {} }))
@@ -263,8 +287,9 @@ describe("the Lua require graph", function()
     local g = {}
     for path, f in pairs(files) do
       g[f.name] = g[f.name] or {}
-      if not allowed(path, "cycle") then
-        for _, r in ipairs(f.requires) do g[f.name][r.name] = path .. ":" .. r.line end
+      local excused = TEMPORARY_ALLOW[path] and TEMPORARY_ALLOW[path].cycle
+      for _, r in ipairs(f.requires) do
+        if r.name ~= excused then g[f.name][r.name] = path .. ":" .. r.line end
       end
     end
     local c = find_cycle(g)
@@ -280,6 +305,12 @@ describe("the Lua require graph", function()
     for path, a in pairs(TEMPORARY_ALLOW) do
       assert.truthy(U.read(path), path)
       assert.are.equal("being split on another branch", a.reason, path)
+      if a.cycle then
+        -- the excused require is there (drop the entry when it is gone)
+        local names = {}
+        for _, r in ipairs(files[path].requires) do names[r.name] = true end
+        assert.is_true(names[a.cycle], path .. " no longer requires " .. a.cycle)
+      end
     end
   end)
 end)
