@@ -10,7 +10,8 @@
 -- sources here), against the headers luarocks was configured for; the build
 -- directory is named after those headers so that 5.1 and 5.4 never share an
 -- object.  Every lua/perf_event/*.lua and lua/perf_event/*/*.lua (the
--- folders of perf_event.profile and perf_event.openresty) is installed:
+-- folders of perf_event.profile, perf_event.openresty, perf_event.cli and
+-- the parts of parse, symbols, pprof and stat) is installed:
 -- again no list to keep.
 -- spec/rock_spec.lua builds and installs this rock into temporary trees and
 -- runs the installed luaperf and pe.open on each interpreter.

@@ -136,6 +136,33 @@ describe("perf_event.class", function()
     assert.are.same({}, bad)
   end)
 
+  it("require('perf_event.core') alone gives the classes the same methods as require('perf_event')", function()
+    -- a fresh interpreter that loads only the core: its method names and,
+    -- for the Lua ones, where they come from (records() of perf_event.records)
+    local script = ("package.path = %q package.cpath = %q "
+      .. "local core = require('perf_event.core') "
+      .. "local names = {} "
+      .. "for k in pairs(core.event_mt.__index) do names[#names + 1] = 'e.' .. k end "
+      .. "for k in pairs(core.group_mt.__index) do names[#names + 1] = 'g.' .. k end "
+      .. "table.sort(names) "
+      .. "local loaded = package.loaded['perf_event.records'] "
+      .. "print(table.concat(names, ' '), tostring(loaded and core.event_mt.__index.records == loaded.records), "
+      .. "tostring(package.loaded['perf_event'] ~= nil))")
+      :format(package.path, package.cpath)
+    local f = os.tmpname()
+    finally(function() os.remove(f) end)
+    local h = assert(io.open(f, "w"))
+    h:write(script)
+    h:close()
+    local out, code = U.run(U.lua_cmd() .. " " .. f .. " 2>&1")
+    assert.are.equal(0, code, out)
+    local names = {}
+    for k in pairs(core.event_mt.__index) do names[#names + 1] = "e." .. k end
+    for k in pairs(core.group_mt.__index) do names[#names + 1] = "g." .. k end
+    table.sort(names)
+    assert.are.equal(table.concat(names, " ") .. "\ttrue\tfalse\n", out)
+  end)
+
   it("loading fast.lua and records.lua again changes no method", function()
     local before = {}
     for k, v in pairs(core.event_mt.__index) do before["e." .. k] = v end

@@ -9,14 +9,16 @@
 -- * the group methods that act on the leader (the remaining ioctls, `fd`,
 --   `id`, `attr`, `info`) and `group:name()`, `group:event(i)`,
 --
--- and then set as the `__index` of `core.event_mt` and `core.group_mt`.  No
+-- and then set as the `__index` of `core.event_mt` and `core.group_mt`, while
+-- perf_event.core loads (core.lua: the C half, perf_event.native, then this
+-- module), so no program sees the classes without these methods.  No
 -- other module writes a method into a class; fast.lua and records.lua only
 -- return functions.  Names starting with `_` are never methods: the core's
 -- private hooks stay in `core._private`, functions taking the event.
 -- Not a public interface: reached through perf_event (doc/api.md lists what is).
 -- @module perf_event.class
 
-local core = require("perf_event.core")
+local core = require("perf_event.native")
 local records = require("perf_event.records")
 
 local pairs, ipairs, error, pcall, concat = pairs, ipairs, error, pcall, table.concat

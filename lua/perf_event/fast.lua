@@ -19,7 +19,7 @@
 -- Not a public interface: reached through perf_event (doc/api.md lists what is).
 -- @module perf_event.fast
 
-local core = require("perf_event.core")
+local core = require("perf_event.native")
 
 local M = {}
 
@@ -47,7 +47,6 @@ end
 local ffi = require("ffi")
 local getmetatable, tonumber, type, rawset = getmetatable, tonumber, type, rawset
 local setmetatable, pcall, tostring = setmetatable, pcall, tostring
-local searchpath = package.searchpath
 
 -- an idempotent cdef: another copy of this module may have declared these
 pcall(ffi.cdef, [[
@@ -69,8 +68,8 @@ intptr_t pe_libc_read(int fd, void *buf, size_t len) __asm__("read");
 -- structs are what the userdata hold): compare an address only it knows.
 local lib
 do
-  local path = searchpath and searchpath("perf_event.core", package.cpath)
-  local ok, l = pcall(ffi.load, path or "perf_event.core")
+  local path = P.path                   -- where perf_event.native loaded it from
+  local ok, l = pcall(ffi.load, path)
   if ok then
     local same
     ok, same = pcall(function()

@@ -5,7 +5,7 @@
 -- Not a public interface: reached through perf_event (doc/api.md lists what is).
 -- @module perf_event.fs
 
-local readdir = require("perf_event.core").readdir
+local readdir = require("perf_event.native").readdir
 
 local open = io.open
 local gsub, sub, find = string.gsub, string.sub, string.find

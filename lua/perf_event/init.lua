@@ -522,10 +522,8 @@ M.time_conv = core.time_conv
 --- The members' names, `"{a,b,...}"`.
 -- @function group:name
 
--- the methods of events and groups: assembled in one place (class.lua), which
--- also brings event:records() (records.lua) and, on LuaJIT, the FFI routes
--- (fast.lua)
-require("perf_event.class")
+-- the methods of events and groups are complete once perf_event.core is
+-- loaded (core.lua has class.lua assemble them)
 -- event:records() with tracepoint fields and the LuaJIT fast path
 M.records = require("perf_event.records")
 

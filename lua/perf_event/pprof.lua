@@ -9,9 +9,9 @@
 --    assert(io.open("cpu.pb.gz", "wb")):write(bytes)
 --
 -- The protobuf encoding (varints, length-delimited and packed repeated
--- fields) is written here; the message and field numbers are those of
--- github.com/google/pprof `proto/profile.proto`.  Compression goes through
--- a maintained zlib: Debian's lua-zlib (`require "zlib"`), else libz.so.1
+-- fields) is perf_event.pprof.wire's; the message and field numbers are those of
+-- github.com/google/pprof `proto/profile.proto`.  Compression
+-- (perf_event.pprof.gzip) goes through a maintained zlib: Debian's lua-zlib (`require "zlib"`), else libz.so.1
 -- through the LuaJIT FFI, else the bytes stay plain (pprof reads both).
 --
 -- Three ways in, one neutral table in the middle (see `encode`):
@@ -21,174 +21,38 @@
 -- @module perf_event.pprof
 
 local string, table, math = string, table, math
-local type, tostring, tonumber, ipairs, pairs, pcall, require, error, rawget =
-      type, tostring, tonumber, ipairs, pairs, pcall, require, error, rawget
-local char, format, sub, concat = string.char, string.format, string.sub, table.concat
+local type, tostring, tonumber, ipairs, pairs, require, error =
+      type, tostring, tonumber, ipairs, pairs, require, error
+local format, sub, concat = string.format, string.sub, table.concat
 local floor = math.floor
 local sort = table.sort
-local mtype = rawget(math, "type")
 
 local M = {}
 
 local function symbols() return require("perf_event.symbols") end
 
--- ---------------------------------------------------------------- wire format
-
--- a varint from the two 32-bit halves of an unsigned 64-bit value
-local function varint_hl(hi, lo)
-  local out, n = {}, 0
-  repeat
-    local b = lo % 128
-    lo = floor(lo / 128) + (hi % 128) * 33554432   -- hi's low 7 bits move down to lo's top
-    hi = floor(hi / 128)
-    n = n + 1
-    if hi > 0 or lo > 0 then out[n] = char(b + 128) else out[n] = char(b) end
-  until hi == 0 and lo == 0
-  return concat(out)
-end
-
--- a non-negative integer: a Lua number, a 5.3+ integer, a LuaJIT uint64
--- cdata or a "0x..." string (64-bit addresses come in all these forms)
-local small = {}   -- the varints of 0..65535 (ids, counts, lines), made once
-local function varint(v)
-  local c = small[v]
-  if c then return c end
-  if type(v) == "number" and v >= 0 and v < 9007199254740992 and (not mtype or mtype(v) == "integer"
-      or v == floor(v)) then
-    if v < 128 then c = char(v)
-    else
-      local hi = floor(v / 4294967296)
-      c = varint_hl(hi, v - hi * 4294967296)
-    end
-    if v < 65536 then small[v] = c end
-    return c
-  end
-  local h = symbols().hex(v)
-  if not h then error(format("pprof: %s is not an unsigned 64-bit integer", tostring(v)), 3) end
-  return varint_hl(tonumber(sub(h, 1, 8), 16), tonumber(sub(h, 9, 16), 16))
-end
-M.varint = varint
-
-local function is_zero(v)
-  if v == nil or v == 0 or v == false then return true end
-  local h = type(v) ~= "number" and symbols().hex(v)
-  return h == "0000000000000000"
-end
-
--- field `f` as a varint (proto3: a zero value is left out)
-local function fv(buf, f, v)
-  if is_zero(v) then return end
-  if v == true then v = 1 end
-  buf[#buf + 1] = varint(f * 8)
-  buf[#buf + 1] = varint(v)
-end
-
--- field `f` length-delimited: a string, bytes or an embedded message
-local function fb(buf, f, s)
-  buf[#buf + 1] = varint(f * 8 + 2)
-  buf[#buf + 1] = varint(#s)
-  buf[#buf + 1] = s
-end
-
--- a packed repeated field of varints
-local function fpacked(buf, f, list)
-  if #list == 0 then return end
-  local p = {}
-  for i, v in ipairs(list) do p[i] = varint(v) end
-  fb(buf, f, concat(p))
-end
+local wire = require("perf_event.pprof.wire")
+local fv, fb, fpacked = wire.fv, wire.fb, wire.fpacked
+local gz = require("perf_event.pprof.gzip")
+M.varint = wire.varint
 
 -- ---------------------------------------------------------------- gzip
-
-local ffi_z, ffi_err   -- libz through the FFI: loaded once
-
-local function load_ffi_z()
-  if ffi_z or ffi_err then return ffi_z, ffi_err end
-  local ok, ffi = pcall(require, "ffi")
-  if not ok then ffi_err = "no LuaJIT FFI" return nil, ffi_err end
-  local okl, lib = pcall(ffi.load, "libz.so.1")
-  if not okl then ffi_err = "libz.so.1: " .. tostring(lib) return nil, ffi_err end
-  -- zlib.h's z_stream (LP64) and functions, under names of our own (a
-  -- program may have declared zlib's with its own z_stream)
-  pcall(ffi.cdef, [[
-    typedef struct pe_z_stream {
-      const unsigned char *next_in; unsigned avail_in; unsigned long total_in;
-      unsigned char *next_out; unsigned avail_out; unsigned long total_out;
-      const char *msg; void *state; void *zalloc; void *zfree; void *opaque;
-      int data_type; unsigned long adler; unsigned long reserved;
-    } pe_z_stream;
-    const char *pe_zlibVersion(void) __asm__("zlibVersion");
-    int pe_deflateInit2_(pe_z_stream *strm, int level, int method, int windowBits, int memLevel,
-                         int strategy, const char *version, int stream_size) __asm__("deflateInit2_");
-    unsigned long pe_deflateBound(pe_z_stream *strm, unsigned long sourceLen) __asm__("deflateBound");
-    int pe_deflate(pe_z_stream *strm, int flush) __asm__("deflate");
-    int pe_deflateEnd(pe_z_stream *strm) __asm__("deflateEnd");
-  ]])
-  ffi_z = { ffi = ffi, lib = lib }
-  return ffi_z
-end
-
-local GZIP_WINDOW = 31   -- zlib's windowBits 15 + 16: a gzip header and trailer
-local Z_DEFLATED, Z_FINISH, Z_STREAM_END = 8, 4, 1
-
-local gzippers = {
-  -- Debian's lua-zlib (lua-zlib/lua_zlib.c: deflate(level, windowBits))
-  zlib = function(s)
-    local ok, zlib = pcall(require, "zlib")
-    if not ok or type(zlib) ~= "table" or type(zlib.deflate) ~= "function" then
-      return nil, "lua-zlib is not installed (require 'zlib')"
-    end
-    local okd, out = pcall(function() return zlib.deflate(6, GZIP_WINDOW)(s, "finish") end)
-    if not okd then return nil, "lua-zlib: " .. tostring(out) end
-    return out
-  end,
-  ffi = function(s)
-    local z, err = load_ffi_z()
-    if not z then return nil, err end
-    local ffi, lib = z.ffi, z.lib
-    local strm = ffi.new("pe_z_stream")
-    local rc = lib.pe_deflateInit2_(strm, 6, Z_DEFLATED, GZIP_WINDOW, 8, 0, lib.pe_zlibVersion(),
-                                    ffi.sizeof("pe_z_stream"))
-    if rc ~= 0 then return nil, "deflateInit2: " .. tostring(rc) end
-    local cap = tonumber(lib.pe_deflateBound(strm, #s))
-    local out = ffi.new("unsigned char[?]", cap)
-    strm.next_in, strm.avail_in = s, #s
-    strm.next_out, strm.avail_out = out, cap
-    rc = lib.pe_deflate(strm, Z_FINISH)
-    local n = cap - strm.avail_out
-    lib.pe_deflateEnd(strm)
-    if rc ~= Z_STREAM_END then return nil, "deflate: " .. tostring(rc) end
-    return ffi.string(out, n)
-  end,
-}
+-- (perf_event.pprof.gzip)
 
 --- Gzips `s` with the first compressor found: lua-zlib, then libz through
 -- the LuaJIT FFI.
+-- @function gzip
 -- @tparam string s
 -- @tparam[opt] string how `"zlib"` or `"ffi"` for that one only
 -- @treturn[1] string the gzip member
 -- @treturn[1] string which compressor (`"zlib"` or `"ffi"`)
 -- @treturn[2] nil
 -- @treturn[2] string why none could
-function M.gzip(s, how)
-  if type(s) ~= "string" then error("pprof.gzip: string expected", 2) end
-  if how ~= nil and not gzippers[how] then error("pprof.gzip: how is 'zlib' or 'ffi', got " .. tostring(how), 2) end
-  local why = {}
-  for _, name in ipairs({ "zlib", "ffi" }) do
-    if how == nil or how == name then
-      local out, err = gzippers[name](s)
-      if out then return out, name end
-      why[#why + 1] = err
-    end
-  end
-  return nil, concat(why, "; ")
-end
+M.gzip = gz.gzip
 
 --- Which compressor `gzip` would use now: `"zlib"`, `"ffi"` or nil (plain).
-function M.gzip_available()
-  local _, how = M.gzip("")
-  return how
-end
+-- @function gzip_available
+M.gzip_available = gz.gzip_available
 
 -- ---------------------------------------------------------------- encode
 

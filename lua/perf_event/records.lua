@@ -6,7 +6,7 @@
 -- decoder, so both paths return the same tables.
 -- @module perf_event.records
 
-local core = require("perf_event.core")
+local core = require("perf_event.native")
 
 local type, error, tonumber, pcall, setmetatable, require = type, error, tonumber, pcall,
   setmetatable, require

@@ -27,7 +27,8 @@ local format = string.format
 
 local M = {}
 
-local function parse() return require("perf_event.parse") end
+local grammar = require("perf_event.parse.grammar")
+local attrtext = require("perf_event.parse.attrtext")
 local function core() return require("perf_event.core") end
 
 local EINVAL = require("perf_event.core").abi.errno.EINVAL
@@ -48,7 +49,7 @@ end
 
 -- an event string -> array of resolved specs, or nil, msg
 local function resolve_string(s)
-  local list, err = parse().parse(s)
+  local list, err = grammar.parse(s)
   if not list then return nil, err end
   local out = {}
   for i, e in ipairs(list) do out[i] = from_entry(e) end
@@ -135,7 +136,7 @@ function M.attr(spec)
   if not r then return nil, err end
   local ok, cerr = M.check(r.attr)
   if not ok then return nil, cerr end
-  return parse().attr_table(r.attr)
+  return attrtext.attr_table(r.attr)
 end
 
 --- Every event of a spec, for `pe.describe`: `{name=, attr=, mods=, ...}`

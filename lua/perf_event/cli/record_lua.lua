@@ -51,7 +51,8 @@ end
 
 -- the chunk LUA_INIT runs in the child: a searcher for perf_event's modules
 -- in luaperf's paths (the child's own package.path and cpath are left as
--- they are), perf_event.autoprofile, then the child's own LUA_INIT
+-- they are; perf_event.native, which loads core.so, sees luaperf's cpath
+-- while it runs), perf_event.autoprofile, then the child's own LUA_INIT
 local function lua_init_code(lpath, cp, prev)
   local cps = {}
   for k, v in pairs(cp) do cps[#cps + 1] = format("[%q] = %q", k, v) end
@@ -71,6 +72,18 @@ do
   table.insert(package.searchers or package.loaders, 2, function(name)
     if name ~= "perf_event" and name:sub(1, 11) ~= "perf_event." then return nil end
     local f = P and find(name, P)
+    if f and name == "perf_event.native" and cp then
+      -- it loads core.so from package.cpath: luaperf's, for this one load
+      local chunk = assert(loadfile(f))
+      return function(...)
+        local own = package.cpath
+        package.cpath = cp
+        local ok, m = pcall(chunk, ...)
+        package.cpath = own
+        if not ok then error(m, 0) end
+        return m
+      end, f
+    end
     if f then return assert(loadfile(f)), f end
     f = cp and find(name, cp)
     if f then return assert(package.loadlib(f, "luaopen_" .. name:gsub("%%.", "_"))), f end
