@@ -49,14 +49,12 @@
 #include "pe_core.h"
 #include <string.h>
 
-#if defined(__has_include)
-#if __has_include(<luajit.h>) && defined(__x86_64__)
+#ifdef PE_LJ
 #define LJH_LUAJIT 1
-#endif
 #endif
 
 #ifdef LJH_LUAJIT
-#include <luajit.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -85,6 +83,18 @@ static const char *h_why = "not looked for";
 static volatile uint64_t h_repaired, h_stale;
 static uint64_t h_npending;        /* scans that met a sample pending */
 static volatile int h_off;         /* tests: repairs switched off */
+
+int pe_lj_here(void)
+{
+  static int known = -1;
+  if (known < 0) {
+    Dl_info a, b;
+    known = luaJIT_profile_start != NULL && luaJIT_profile_stop != NULL
+            && dladdr((void *)(uintptr_t)luaJIT_profile_start, &a) && dladdr((void *)(uintptr_t)lua_gettop, &b)
+            && a.dli_fbase == b.dli_fbase;
+  }
+  return known;
+}
 
 static int h_peek(uint64_t a, void *out, size_t n) { return pe_peek(getpid(), a, out, n); }
 
@@ -176,6 +186,7 @@ const char *pe_ljhook_find(lua_State *L)
   sigset_t old;
   lua_Hook hook;
   int mask, count;
+  if (!pe_lj_here()) return h_why = "not LuaJIT on x86-64";
   if (g == h_g && h_hm) return NULL;
   /* not found yet, or another VM: look (one VM at a time has repairs) */
   h_hm = 0;
@@ -334,6 +345,7 @@ static int l_tear(lua_State *L)
 static int l_signal(lua_State *L)
 {
   luaL_checktype(L, 1, LUA_TFUNCTION);
+  if (!pe_lj_here()) return luaL_error(L, "not LuaJIT on x86-64");
   pthread_kill(pthread_self(), SIGPROF);
   lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
   return lua_gettop(L);

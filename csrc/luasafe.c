@@ -29,14 +29,13 @@
 #include <errno.h>
 #include <string.h>
 
-#if defined(__has_include)
-#if __has_include(<luajit.h>) && defined(__x86_64__)
+/* LuaJIT's C API is 5.1's: a core built against PUC 5.1's headers (the
+ * rock's) has the safe point too, used when LuaJIT loads it (pe_lj_here) */
+#ifdef PE_LJ
 #define LS_LUAJIT 1
-#endif
 #endif
 
 #ifdef LS_LUAJIT
-#include <luajit.h>
 #include <sys/ioctl.h>
 #include <sys/time.h>
 #include <fcntl.h>
@@ -1365,30 +1364,20 @@ static int l_lines_use(lua_State *L)
   lua_pushboolean(L, ls_jok);
   return 1;
 }
-#else
+#endif
+
+/* every entry where the interpreter is not LuaJIT on x86-64 */
 static int l_needs(lua_State *L)
 {
   lua_pushnil(L);
   lua_pushliteral(L, "needs LuaJIT (x86-64)");
   return 2;
 }
-#define l_arm l_needs
-#define l_disarm l_needs
-#define l_take l_needs
-#define l_cover l_needs
-#define l_here l_needs
-#define l_forget l_needs
-#define l_stats l_needs
-#define l_pending l_needs
-#define l_signal l_needs
-#define l_trap_busy l_needs
-#define l_lines l_needs
-#define l_lines_use l_needs
-#endif
 
 /* the functions go to core._private (profile/safepoint.lua's, not API) */
 void pe_open_luasafe(lua_State *L)
 {
+#ifdef LS_LUAJIT
   static const luaL_Reg fns[] = {
     {"luasafe_arm", l_arm}, {"luasafe_disarm", l_disarm}, {"luasafe_take", l_take},
     {"luasafe_here", l_here}, {"luasafe_forget", l_forget}, {"luasafe_stats", l_stats},
@@ -1396,7 +1385,24 @@ void pe_open_luasafe(lua_State *L)
     {"luasafe_lines_use", l_lines_use}, {"luasafe_cover", l_cover}, {"luasafe_signal", l_signal},
     {NULL, NULL}
   };
+#endif
+  static const char *const names[] = {
+    "luasafe_arm", "luasafe_disarm", "luasafe_take", "luasafe_here", "luasafe_forget", "luasafe_stats",
+    "luasafe_pending", "luasafe_trap_busy", "luasafe_lines", "luasafe_lines_use", "luasafe_cover",
+    "luasafe_signal", NULL
+  };
+  int k;
   pe_push_private(L, lua_gettop(L));
-  pe_setfuncs(L, fns);
+#ifdef LS_LUAJIT
+  if (pe_lj_here()) {
+    pe_setfuncs(L, fns);
+    lua_pop(L, 1);
+    return;
+  }
+#endif
+  for (k = 0; names[k]; k++) {
+    lua_pushcfunction(L, l_needs);
+    lua_setfield(L, -2, names[k]);
+  }
   lua_pop(L, 1);
 }

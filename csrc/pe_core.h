@@ -329,6 +329,20 @@ const char *pe_ljhook_find(lua_State *L);
 int pe_ljhook_repair(void);
 uint64_t pe_ljhook_repaired(void);
 void pe_open_ljhook(lua_State *L);
+/* LuaJIT's API is 5.1's: against either 5.1's headers (LuaJIT's own or
+ * PUC 5.1's, the rock's) on x86-64 the LuaJIT samplers are compiled, and
+ * the few LuaJIT entries they call are weak references, resolved when the
+ * module is loaded: NULL under PUC Lua 5.1.  pe_lj_here (ljhook.c): 1 when
+ * the interpreter running this module is LuaJIT (luaJIT_profile_start is
+ * there, in the object that also holds lua_gettop) */
+#if LUA_VERSION_NUM == 501 && defined(__x86_64__)
+#define PE_LJ 1
+typedef void (*pe_lj_profile_cb)(void *data, lua_State *L, int samples, int vmstate);
+extern void luaJIT_profile_start(lua_State *L, const char *mode, pe_lj_profile_cb cb, void *data)
+  __attribute__((weak, visibility("default")));
+extern void luaJIT_profile_stop(lua_State *L) __attribute__((weak, visibility("default")));
+int pe_lj_here(void);
+#endif
 /* perfdata.c: adds pd_next/pd_pack/pd_build_id to core._private */
 void pe_open_perfdata(lua_State *L);
 
