@@ -13,8 +13,9 @@
 
 LUA ?= luajit
 CC ?= cc
-SRCS := $(wildcard csrc/*.c)
-HDRS := $(wildcard csrc/*.h)
+# csrc/lj/: the LuaJIT readers (its layout, the safe point, the hook repair)
+SRCS := $(wildcard csrc/*.c csrc/lj/*.c)
+HDRS := $(wildcard csrc/*.h csrc/lj/*.h)
 WARN := -Wall -Wextra -Werror -Wshadow
 BASECFLAGS := -std=gnu11 -fPIC -fvisibility=hidden $(WARN)
 OPT ?= -O2 -g
@@ -36,7 +37,7 @@ ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize
 # build/obj/<variant>/: the module links them; the test-only pesim module
 # links the same objects through an archive (spec/cdeps_spec.lua runs nm on
 # them to check that no two C files call each other).
-NAMES := $(basename $(notdir $(SRCS)))
+NAMES := $(patsubst csrc/%.c,%,$(SRCS))
 # The rock (rockspec/) is the variant "rock": `make rock ROCK_DIR=D
 # ROCK_INC=-I...` builds D/perf_event/core.so, objects in D/obj, against the
 # headers luarocks was configured for (one D per Lua version).
@@ -73,7 +74,7 @@ asan: build/asan/perf_event/core.so build/test/asan/pesim.so
 define variant
 $(call objdir_of,$(1))/%.o: csrc/%.c $$(HDRS) Makefile
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(BASECFLAGS) $$(call cflags_of,$(1)) $$(call inc_of,$(1)) $$(if $$(filter %/unwind.c,$$<),$$(DW_CFLAGS)) -c $$< -o $$@
+	$$(CC) $$(BASECFLAGS) $$(call cflags_of,$(1)) $$(call inc_of,$(1)) -Icsrc $$(if $$(filter %/unwind.c,$$<),$$(DW_CFLAGS)) -c $$< -o $$@
 build/obj/$(1)/libpecore.a: $$(filter-out %/core.o,$$(call objs_of,$(1)))
 	rm -f $$@
 	ar rcs $$@ $$^

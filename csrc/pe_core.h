@@ -12,15 +12,23 @@
  *   fast.c                 the pe_fast_* FFI entry points
  *   perfdata.c             perf.data helpers: raw ring records, LE packing, build-ids
  *   event.c                event methods, ioctls, reads, the event metatable
- *   luasafe.c              the safe-point stacks (pe.profile on LuaJIT): skims
- *                          the sample ring through ring.c
+ *   lj/safepoint.c         the safe-point stacks (pe.profile on LuaJIT): the
+ *                          Lua entries, core._private.luasafe_*
+ *   lj/arm.c               arming: LuaJIT's profiler started in our name
+ *   lj/match.c             a drain: the sample ring skimmed through ring.c,
+ *                          signal records matched to its samples
+ *   lj/walk.c              the capture: frames walked at the safe point
+ *   lj/signal.c lj/intern.c  the handler and its records' rings; interned
+ *                          stacks and chunk names
  *   ring.c                 ring drain, records, AUX (methods added by event.c)
  *   group.c userpage.c luaprof.c  groups; the user-page (rdpmc) read,
  *                          time_conv; the LuaJIT signal-time stack walk
  *                          (pe.profile, walk="signal")
  *   luahook.c              the PUC Lua count hook's stacks (pe.profile)
- *   ljhook.c               LuaJIT's profiler hook flag and dispatch table:
+ *   lj/hook.c              LuaJIT's profiler hook flag and dispatch table:
  *                          found, checked, repaired (the two samplers above)
+ *   lj/layout.c            LuaJIT 2.1's layout (lj/layout.h): frames, G,
+ *                          traces, lines, read through a peek function
  *   sigroute.c             an event's overflow signal to this thread, and
  *                          reads of this process's memory (the
  *                          samplers above)
@@ -315,9 +323,9 @@ void pe_open_spawn(lua_State *L);
 int pe_signal_fd(void);
 int pe_child_pid(lua_State *L, int idx);
 void pe_open_luaprof(lua_State *L);         /* luaprof.c */
-void pe_open_luasafe(lua_State *L);         /* luasafe.c */
+void pe_open_luasafe(lua_State *L);         /* lj/safepoint.c */
 void pe_open_luahook(lua_State *L);         /* luahook.c */
-/* ljhook.c: LuaJIT's profiler hook flag and dispatch table (LuaJIT on
+/* lj/hook.c: LuaJIT's profiler hook flag and dispatch table (LuaJIT on
  * x86-64; elsewhere find says why not and the rest do nothing).  find:
  * NULL once found for L's VM, else why not (tried again at the next
  * call); repair (async-signal-safe): clears a flag set over a table that
@@ -329,20 +337,6 @@ const char *pe_ljhook_find(lua_State *L);
 int pe_ljhook_repair(void);
 uint64_t pe_ljhook_repaired(void);
 void pe_open_ljhook(lua_State *L);
-/* LuaJIT's API is 5.1's: against either 5.1's headers (LuaJIT's own or
- * PUC 5.1's, the rock's) on x86-64 the LuaJIT samplers are compiled, and
- * the few LuaJIT entries they call are weak references, resolved when the
- * module is loaded: NULL under PUC Lua 5.1.  pe_lj_here (ljhook.c): 1 when
- * the interpreter running this module is LuaJIT (luaJIT_profile_start is
- * there, in the object that also holds lua_gettop) */
-#if LUA_VERSION_NUM == 501 && defined(__x86_64__)
-#define PE_LJ 1
-typedef void (*pe_lj_profile_cb)(void *data, lua_State *L, int samples, int vmstate);
-extern void luaJIT_profile_start(lua_State *L, const char *mode, pe_lj_profile_cb cb, void *data)
-  __attribute__((weak, visibility("default")));
-extern void luaJIT_profile_stop(lua_State *L) __attribute__((weak, visibility("default")));
-int pe_lj_here(void);
-#endif
 /* perfdata.c: adds pd_next/pd_pack/pd_build_id to core._private */
 void pe_open_perfdata(lua_State *L);
 

@@ -1,4 +1,4 @@
--- pe.profile's safe-point stacks on LuaJIT (csrc/luasafe.c,
+-- pe.profile's safe-point stacks on LuaJIT (csrc/lj/*.c,
 -- lua/perf_event/profile/safepoint.lua): the capture's walk against
 -- debug.getinfo (its self-test), the stacks of the classes the signal-time
 -- walk lost (C functions calling Lua, pcall/error, metamethods, coroutines,
@@ -536,7 +536,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     -- instruction took and cleared, with no dispatch update: LuaJIT's
     -- profile_signal then does nothing, no capture comes, and the loop's
     -- trace exits at every line, until some other dispatch update
-    -- (csrc/ljhook.c, pe_ljhook_repair; without it: 0.1 % of 1305 samples in
+    -- (csrc/lj/hook.c, pe_ljhook_repair; without it: 0.1 % of 1305 samples in
     -- the loop, which ran 9 times slower)
     local LP = pe.core._private
     local p = assert(pe.profile.start({ freq = 999 }))
@@ -628,7 +628,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
   it("repairs a dispatch table an interrupted update left hooked for some instructions only", function()
     -- profile_signal interrupting lj_dispatch_update: its own update hooks
     -- every instruction, then the interrupted one copies the rest of its
-    -- table over it (csrc/ljhook.c). The first entries call the hook, the
+    -- table over it (csrc/lj/hook.c). The first entries call the hook, the
     -- loop's do not: no capture, and the trace exits at every line (the
     -- spin of session 13's suite, with the table's first entry hooked)
     local LP = pe.core._private

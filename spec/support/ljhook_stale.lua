@@ -1,6 +1,6 @@
 -- Child of spec/profile_safepoint_spec.lua: LuaJIT's dispatch table left
 -- stale (the hook flag clear, a mode without the hook, the first entries
--- the hook: csrc/ljhook.c) inside jit.profile's callback, where LuaJIT's
+-- the hook: csrc/lj/hook.c) inside jit.profile's callback, where LuaJIT's
 -- profiler cannot set its flag (HOOK_VMEVENT), as in session 14's -jp
 -- spin.  pe.profile runs beside it (the signal-time walk: LuaJIT's
 -- profiler is jit.profile's).  Run as: luajit ljhook_stale.lua on|off

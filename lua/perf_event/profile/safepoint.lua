@@ -1,5 +1,6 @@
 --- perf_event.profile.safepoint: pe.profile's Lua stacks on LuaJIT, taken
--- at a safe point through LuaJIT's own profiler hook (csrc/luasafe.c)
+-- at a safe point through LuaJIT's own profiler hook (csrc/lj/safepoint.c
+-- and the files beside it)
 -- (not a public interface: pe.profile.start uses it).
 --
 -- Each sample of the profile's event signals the thread; when it runs Lua,
@@ -134,7 +135,7 @@ local function st_co(wrap)
 end
 
 -- compiled lines: a loop of two lines, whose trace's snapshots the
--- capture reads (csrc/luasafe.c, ls_trace_pc)
+-- capture reads (csrc/lj/layout.c, lj_trace_pc)
 local function st_lines_loop(n)
   local a = 0
   for i = 1, n do

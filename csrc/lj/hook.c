@@ -1,7 +1,7 @@
 /*
- * ljhook.c - LuaJIT's profiler hook flag and its dispatch table: found,
- * checked and repaired (the safe-point stacks, luasafe.c, and the
- * signal-time walk, luaprof.c).
+ * lj/hook.c - LuaJIT's profiler hook flag and its dispatch table: found,
+ * checked and repaired (the safe-point stacks, lj/signal.c, and the
+ * signal-time walk, luaprof.c).  G is read through lj/layout.h.
  *
  * LuaJIT keeps the flag (G->hookmask's HOOK_PROFILE, 0x80) apart from
  * the instruction dispatch table that makes the interpreter call the
@@ -46,20 +46,13 @@
  * the hook, and stale entries go.
  */
 #define _GNU_SOURCE
-#include "pe_core.h"
-#include <string.h>
+#include "lj/layout.h"
 
 #ifdef PE_LJ
-#define LJH_LUAJIT 1
-#endif
-
-#ifdef LJH_LUAJIT
-#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 
-#define LJH_L_G 16                 /* lua_State.glref (GC64) */
 #define LJH_SCAN 32768             /* bytes of G read: G, jit_State, hot counts, dispatch */
 #define LJH_MAXN 256               /* instruction entries at most (BC__MAX is 97 in 2.1) */
 #define LJH_FLAG 0x80              /* HOOK_PROFILE */
@@ -71,8 +64,8 @@
  * next lj_dispatch_update rewrites the whole instruction table */
 #define LJH_DM_NONE 0xc0
 
-#define LD64(a) (*(volatile uint64_t *)(uintptr_t)(a))
-#define LD8(a) (*(volatile uint8_t *)(uintptr_t)(a))
+#define LD64(a) lj_u64(&LJ_SELF, (a))
+#define LD8(a) lj_u8(&LJ_SELF, (a))
 #define ST8(a, v) (*(volatile uint8_t *)(uintptr_t)(a) = (uint8_t)(v))
 
 static uint64_t h_g;               /* the VM found (its G), 0 none */
@@ -84,19 +77,7 @@ static volatile uint64_t h_repaired, h_stale;
 static uint64_t h_npending;        /* scans that met a sample pending */
 static volatile int h_off;         /* tests: repairs switched off */
 
-int pe_lj_here(void)
-{
-  static int known = -1;
-  if (known < 0) {
-    Dl_info a, b;
-    known = luaJIT_profile_start != NULL && luaJIT_profile_stop != NULL
-            && dladdr((void *)(uintptr_t)luaJIT_profile_start, &a) && dladdr((void *)(uintptr_t)lua_gettop, &b)
-            && a.dli_fbase == b.dli_fbase;
-  }
-  return known;
-}
-
-static int h_peek(uint64_t a, void *out, size_t n) { return pe_peek(getpid(), a, out, n); }
+static int h_peek(uint64_t a, void *out, size_t n) { return lj_read(&LJ_SELF, a, out, n); }
 
 static void h_noop(lua_State *L, lua_Debug *ar) { (void)L; (void)ar; }
 
@@ -180,7 +161,7 @@ static const char *h_scan(lua_State *L, uint64_t g, size_t n, uint64_t *a, uint6
 
 const char *pe_ljhook_find(lua_State *L)
 {
-  uint64_t g = LD64((uint64_t)(uintptr_t)L + LJH_L_G);
+  uint64_t g = lj_g_of(&LJ_SELF, (uint64_t)(uintptr_t)L);
   uint64_t *a, *b, *c, pending = 0;
   size_t n = LJH_SCAN;
   sigset_t old;
@@ -315,7 +296,7 @@ static int l_tear(lua_State *L)
   lua_Hook hook = lua_gethook(L);
   int mask = lua_gethookmask(L), count = lua_gethookcount(L);
   sigset_t old;
-  if (!h_hm || h_g != LD64((uint64_t)(uintptr_t)L + LJH_L_G)) {
+  if (!h_hm || h_g != lj_g_of(&LJ_SELF, (uint64_t)(uintptr_t)L)) {
     lua_pushnil(L);
     lua_pushstring(L, h_hm ? "another VM" : h_why);
     return 2;
