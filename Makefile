@@ -67,10 +67,12 @@ build/asan/perf_event/core.so: $(call objs_of,asan) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(BASECFLAGS) -O1 -g $(ASAN_FLAGS) $(call objs_of,asan) -o $@ -shared $(ASAN_FLAGS) $(DW_LIBS)
 
-asan: build/asan/perf_event/core.so build/test/asan/pesim.so
+asan: build/asan/perf_event/core.so build/test/asan/pesim.so build/test/asan/ljtest.so
 
-# pesim: the ring and user-page simulators (spec/support/pesim.c), a
-# test-only Lua module per variant, never part of core.so
+# pesim: the ring and user-page simulators (spec/support/pesim.c), and
+# ljtest: what the LuaJIT specs do to LuaJIT on purpose
+# (spec/support/ljtest.c): test-only Lua modules per variant, never part of
+# core.so
 define variant
 $(call objdir_of,$(1))/%.o: csrc/%.c $$(HDRS) Makefile
 	@mkdir -p $$(dir $$@)
@@ -79,6 +81,11 @@ build/obj/$(1)/libpecore.a: $$(filter-out %/core.o,$$(call objs_of,$(1)))
 	rm -f $$@
 	ar rcs $$@ $$^
 build/test/$(1)/pesim.so: spec/support/pesim.c build/obj/$(1)/libpecore.a $$(HDRS) Makefile
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(BASECFLAGS) $$(call cflags_of,$(1)) $$(call inc_of,$(1)) -Icsrc $$< \
+	  build/obj/$(1)/libpecore.a -o $$@ -shared -Wl,--exclude-libs,ALL \
+	  $$(if $$(filter asan,$(1)),$$(ASAN_FLAGS))
+build/test/$(1)/ljtest.so: spec/support/ljtest.c build/obj/$(1)/libpecore.a $$(HDRS) Makefile
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(BASECFLAGS) $$(call cflags_of,$(1)) $$(call inc_of,$(1)) -Icsrc $$< \
 	  build/obj/$(1)/libpecore.a -o $$@ -shared -Wl,--exclude-libs,ALL \
@@ -115,7 +122,8 @@ build/test/lua5.1/petest.so: $(PETEST_SRC)
 
 fixtures: build/test/libpetarget.so build/test/petarget build/test/luajit/petest.so \
           build/test/lua5.4/petest.so build/test/lua5.1/petest.so \
-          build/test/luajit/pesim.so build/test/lua5.4/pesim.so build/test/lua5.1/pesim.so
+          build/test/luajit/pesim.so build/test/lua5.4/pesim.so build/test/lua5.1/pesim.so \
+          build/test/luajit/ljtest.so
 
 test: fixtures
 	$(MAKE) LUA=luajit

@@ -44,7 +44,9 @@
  *                          core._private
  *
  * The ring and user-page simulators are not in core.so: they live in the
- * test-only module spec/support/pesim.c, linked against these objects.
+ * test-only module spec/support/pesim.c, linked against these objects;
+ * what the LuaJIT specs do to LuaJIT on purpose likewise, in
+ * spec/support/ljtest.c.
  */
 #ifndef PE_CORE_H
 #define PE_CORE_H
@@ -336,6 +338,8 @@ void pe_open_luahook(lua_State *L);         /* luahook.c */
 const char *pe_ljhook_find(lua_State *L);
 int pe_ljhook_repair(void);
 uint64_t pe_ljhook_repaired(void);
+/* the next pe_ljhook_find looks anew */
+void pe_ljhook_forget(void);
 void pe_open_ljhook(lua_State *L);
 /* perfdata.c: adds pd_next/pd_pack/pd_build_id to core._private */
 void pe_open_perfdata(lua_State *L);

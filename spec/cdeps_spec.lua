@@ -229,6 +229,25 @@ describe("exported symbols", function()
     assert.equal(6, fast)    -- read, ioctl, group_read, group_ioctl, scale, token
   end)
 
+  it("what the specs do to LuaJIT on purpose is in ljtest.so, not in core.so", function()
+    local core = require("perf_event.core")
+    local P = core._private
+    for _, name in ipairs({ "ljhook_tear", "ljhook_signal", "ljhook_find", "luasafe_signal", "luasafe_cover" }) do
+      assert.is_nil(P[name], "core._private." .. name)
+      assert.is_nil(core[name], "core." .. name)
+    end
+    -- (core.so's own entries of the safe point and the hook stay)
+    assert.is_function(P.luasafe_take)
+    assert.is_function(P.ljhook_stats)
+    if not jit then return end
+    local dir = (build:match("asan$") and "build/test/asan") or "build/test/" .. suite
+    assert.same({ "luaopen_ljtest" }, dynsyms(dir .. "/ljtest.so"))
+    local T = require("ljtest")
+    for _, name in ipairs({ "ljhook_tear", "ljhook_signal", "ljhook_find", "luasafe_signal", "luasafe_cover" }) do
+      assert.is_function(T[name], "ljtest." .. name)
+    end
+  end)
+
   it("pesim.so exports only luaopen_pesim, and core has no simulator", function()
     local dir = "build/test/" .. suite
     assert.same({ "luaopen_pesim" }, dynsyms(dir .. "/pesim.so"))

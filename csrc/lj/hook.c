@@ -245,13 +245,17 @@ int pe_ljhook_repair(void)
 
 uint64_t pe_ljhook_repaired(void) { return h_repaired; }
 
+void pe_ljhook_forget(void) { h_hm = 0; }
+
 /* _private.ljhook_stats() -> {found=true|why, repaired=, rewritten=,
- * stuck=, stale=, n=, pending=, hookmask=, mode=}: flags cleared, stale
- * tables made to be rewritten, the two states now, the entries, the
- * scans that met a sample pending, and the two bytes (when found) */
+ * stuck=, stale=, n=, pending=, hookmask=, mode=, g=, hookmask_at=,
+ * dispatch_at=, hook=}: flags cleared, stale tables made to be rewritten,
+ * the two states now, the entries, the scans that met a sample pending,
+ * and (when found) the two bytes, and the addresses of G, of the flag's
+ * byte and of the table, and the hook's entry */
 static int l_stats(lua_State *L)
 {
-  lua_createtable(L, 0, 8);
+  lua_createtable(L, 0, 13);
   if (h_hm) lua_pushboolean(L, 1); else lua_pushstring(L, h_why);
   lua_setfield(L, -2, "found");
   lua_pushnumber(L, (lua_Number)h_repaired); lua_setfield(L, -2, "repaired");
@@ -263,76 +267,17 @@ static int l_stats(lua_State *L)
   if (h_hm) {
     lua_pushinteger(L, LD8(h_hm)); lua_setfield(L, -2, "hookmask");
     lua_pushinteger(L, LD8(h_hm + 1)); lua_setfield(L, -2, "mode");
+    lua_pushnumber(L, (lua_Number)h_g); lua_setfield(L, -2, "g");   /* addresses: 47 bits, exact */
+    lua_pushnumber(L, (lua_Number)h_hm); lua_setfield(L, -2, "hookmask_at");
+    lua_pushnumber(L, (lua_Number)h_disp); lua_setfield(L, -2, "dispatch_at");
+    lua_pushnumber(L, (lua_Number)h_hook); lua_setfield(L, -2, "hook");
   }
   return 1;
 }
 
-/* _private.ljhook_find([again]) -> true | nil, why (tests: for this VM;
- * again: forget what was found and look anew) */
-static int l_find(lua_State *L)
-{
-  const char *why;
-  if (lua_toboolean(L, 1)) h_hm = 0;
-  why = pe_ljhook_find(L);
-  if (why) { lua_pushnil(L); lua_pushstring(L, why); return 2; }
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-/* _private.ljhook_tear(from [, flag]) -> true | nil, why: what an
- * interrupted lj_dispatch_update leaves (tests): the flag set, every entry
- * the hook, then entries from..n-1 put back as the update for the mode
- * now (no flag) writes them.  With from 0 the flag is left set over a
- * table without the hook at all.  flag false: then the flag is cleared and
- * the mode put back as it was without it (the interrupted update's mode
- * and table written over the nested one's, but for the entries below
- * from): the stale state */
-static int l_tear(lua_State *L)
-{
-  uint32_t from = (uint32_t)pe_check_int(L, 1, "from", 0, LJH_MAXN), i;
-  int flag = lua_isnoneornil(L, 2) || lua_toboolean(L, 2);
-  uint8_t mode;
-  uint64_t plain[LJH_MAXN];
-  lua_Hook hook = lua_gethook(L);
-  int mask = lua_gethookmask(L), count = lua_gethookcount(L);
-  sigset_t old;
-  if (!h_hm || h_g != lj_g_of(&LJ_SELF, (uint64_t)(uintptr_t)L)) {
-    lua_pushnil(L);
-    lua_pushstring(L, h_hm ? "another VM" : h_why);
-    return 2;
-  }
-  if (from > h_n) from = h_n;
-  h_block(&old);
-  ST8(h_hm, LD8(h_hm) & ~LJH_FLAG);
-  lua_sethook(L, hook, mask, count);          /* the table without the hook */
-  for (i = 0; i < h_n; i++) plain[i] = LD64(h_disp + 8 * (uint64_t)i);
-  mode = LD8(h_hm + 1);
-  ST8(h_hm, LD8(h_hm) | LJH_FLAG);
-  lua_sethook(L, hook, mask, count);          /* every entry the hook */
-  for (i = from; i < h_n; i++) *(volatile uint64_t *)(uintptr_t)(h_disp + 8 * (uint64_t)i) = plain[i];
-  if (!flag) {
-    ST8(h_hm, LD8(h_hm) & ~LJH_FLAG);
-    ST8(h_hm + 1, mode);
-  }
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-/* _private.ljhook_signal(f, ...) -> f's results: a SIGPROF to this thread
- * (LuaJIT's profile_signal, when jit.profile, -jp or a safe-point profile
- * runs LuaJIT's profiler), then f(...) within this C call, before any
- * instruction of the caller takes the hook (tests) */
-static int l_signal(lua_State *L)
-{
-  luaL_checktype(L, 1, LUA_TFUNCTION);
-  if (!pe_lj_here()) return luaL_error(L, "not LuaJIT on x86-64");
-  pthread_kill(pthread_self(), SIGPROF);
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-  return lua_gettop(L);
-}
-
-/* _private.ljhook_repairs(on): tests only, to show what a repair changes */
+/* _private.ljhook_repairs(on): the handlers' repairs on (the default) or
+ * off: a diagnostic switch, which the specs use to show what a repair
+ * changes */
 static int l_repairs(lua_State *L)
 {
   h_off = !lua_toboolean(L, 1);
@@ -355,18 +300,15 @@ static int l_stats(lua_State *L)
   return 1;
 }
 
-static int l_find(lua_State *L) { lua_pushnil(L); lua_pushstring(L, "not LuaJIT on x86-64"); return 2; }
-static int l_tear(lua_State *L) { lua_pushnil(L); lua_pushstring(L, "not LuaJIT on x86-64"); return 2; }
+void pe_ljhook_forget(void) {}
 static int l_repairs(lua_State *L) { (void)L; return 0; }
-static int l_signal(lua_State *L) { return luaL_error(L, "not LuaJIT on x86-64"); }
 
 #endif
 
 void pe_open_ljhook(lua_State *L)
 {
   static const luaL_Reg fns[] = {
-    {"ljhook_stats", l_stats}, {"ljhook_find", l_find}, {"ljhook_tear", l_tear},
-    {"ljhook_repairs", l_repairs}, {"ljhook_signal", l_signal}, {NULL, NULL}
+    {"ljhook_stats", l_stats}, {"ljhook_repairs", l_repairs}, {NULL, NULL}
   };
   pe_push_private(L, lua_gettop(L));
   pe_setfuncs(L, fns);

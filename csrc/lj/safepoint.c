@@ -21,6 +21,9 @@
  * The core is built against 5.1's headers (LuaJIT's or PUC's) on x86-64
  * for this: when the interpreter that loaded it is not LuaJIT
  * (pe_lj_here), every entry answers nil, "needs LuaJIT (x86-64)".
+ * What the specs do to LuaJIT on purpose (profile_signal in the middle of
+ * a C call, ls_cover on chosen input) is in the test-only module
+ * spec/support/ljtest.c, not here.
  */
 #include "lj/safe.h"
 
@@ -63,18 +66,6 @@ static int l_stats(lua_State *L)
   return 1;
 }
 
-/* _private.luasafe_signal(f, ...) -> f's results: LuaJIT's
- * profile_signal, as a sample's signal calls it (when LuaJIT's profiler is
- * ours), then f(...) within this C call, before any instruction of the
- * caller takes the hook (tests) */
-static int l_signal(lua_State *L)
-{
-  luaL_checktype(L, 1, LUA_TFUNCTION);
-  if (ls_active && ls_owned()) ls_ljh(SIGPROF);
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-  return lua_gettop(L);
-}
-
 /* _private.luasafe_pending(slot) -> n: the signal records of that profile
  * not yet taken (a drain's worth to wait for, read without a system call) */
 static int l_pending(lua_State *L)
@@ -93,40 +84,6 @@ static int l_forget(lua_State *L)
   int ok = !ls_any_on() && !ls_active;
   if (ok) ls_forget();
   lua_pushboolean(L, ok);
-  return 1;
-}
-
-/* t[i], a number in [0, 2^63) (l_cover) */
-static uint64_t ls_u64_at(lua_State *L, int t, int i)
-{
-  lua_Number v;
-  lua_rawgeti(L, t, i);
-  v = lua_tonumber(L, -1);
-  lua_pop(L, 1);
-  if (!(v >= 0 && v < 9223372036854775808.0)) luaL_error(L, "luasafe_cover: element %d is not a time or an ip", i);
-  return (uint64_t)v;
-}
-
-/* _private.luasafe_cover(samples, records) -> weights: ls_cover on a
- * queue of its own (tests): samples and records are flat arrays of time,
- * ip pairs, in time order; weights[i] the samples record i stands for */
-static int l_cover(lua_State *L)
-{
-  ls_sq *q;
-  int i, ns, nr;
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checktype(L, 2, LUA_TTABLE);
-  ns = (int)pe_rawlen(L, 1) / 2;
-  nr = (int)pe_rawlen(L, 2) / 2;
-  q = (ls_sq *)pe_newuserdata(L, sizeof *q);   /* collected with the call */
-  q->head = q->tail = 0;
-  q->matched = 0;
-  for (i = 0; i < ns; i++) ls_queue(q, ls_u64_at(L, 1, 2 * i + 1), ls_u64_at(L, 1, 2 * i + 2));
-  lua_createtable(L, nr, 0);
-  for (i = 0; i < nr; i++) {
-    lua_pushinteger(L, (lua_Integer)ls_cover(q, ls_u64_at(L, 2, 2 * i + 1), ls_u64_at(L, 2, 2 * i + 2)));
-    lua_rawseti(L, -2, i + 1);
-  }
   return 1;
 }
 
@@ -203,14 +160,12 @@ void pe_open_luasafe(lua_State *L)
     {"luasafe_arm", ls_l_arm}, {"luasafe_disarm", ls_l_disarm}, {"luasafe_take", ls_l_take},
     {"luasafe_here", l_here}, {"luasafe_forget", l_forget}, {"luasafe_stats", l_stats},
     {"luasafe_pending", l_pending}, {"luasafe_trap_busy", ls_l_trap_busy}, {"luasafe_lines", l_lines},
-    {"luasafe_lines_use", l_lines_use}, {"luasafe_cover", l_cover}, {"luasafe_signal", l_signal},
-    {NULL, NULL}
+    {"luasafe_lines_use", l_lines_use}, {NULL, NULL}
   };
 #endif
   static const char *const names[] = {
     "luasafe_arm", "luasafe_disarm", "luasafe_take", "luasafe_here", "luasafe_forget", "luasafe_stats",
-    "luasafe_pending", "luasafe_trap_busy", "luasafe_lines", "luasafe_lines_use", "luasafe_cover",
-    "luasafe_signal", NULL
+    "luasafe_pending", "luasafe_trap_busy", "luasafe_lines", "luasafe_lines_use", NULL
   };
   int k;
   pe_push_private(L, lua_gettop(L));

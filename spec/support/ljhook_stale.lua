@@ -7,11 +7,14 @@
 -- (the handlers' repairs); prints "done N R" (the callback's loop result,
 -- the stale tables rewritten) when the program ends.  With the repairs
 -- off the callback never returns: its parent kills it.
-package.cpath = (os.getenv("PE_BUILD") or "build") .. "/?.so;" .. package.cpath
+local build = os.getenv("PE_BUILD") or "build"
+package.cpath = build .. "/?.so;build/test/" .. (build:match("asan$") and "asan" or "luajit") .. "/?.so;"
+  .. package.cpath
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 local pe = require("perf_event")
 local profile = require("jit.profile")
 local LP = pe.core._private
+local T = require("ljtest")   -- (spec/support/ljtest.c: the tear)
 local function work(n)
   local s = 0
   for i = 1, n do
@@ -19,12 +22,11 @@ local function work(n)
   end
   return s
 end
-assert(LP.ljhook_find())
 local result, armed
 profile.start("li1", function()
   if result or not armed then return end
   result = -1
-  assert(LP.ljhook_tear(16, false))
+  assert(T.ljhook_tear(LP.ljhook_stats(), 16, false))
   result = work(1e5)
 end)
 local p = assert(pe.profile.start({ freq = 999 }))
