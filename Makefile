@@ -14,8 +14,9 @@
 
 LUA ?= luajit
 CC ?= cc
-SRCS := $(wildcard csrc/*.c)
-HDRS := $(wildcard csrc/*.h)
+# csrc/lj/: the LuaJIT readers (its layout, the safe point, the hook repair)
+SRCS := $(wildcard csrc/*.c csrc/lj/*.c)
+HDRS := $(wildcard csrc/*.h csrc/lj/*.h)
 WARN := -Wall -Wextra -Werror -Wshadow
 BASECFLAGS := -std=gnu11 -fPIC -fvisibility=hidden $(WARN)
 OPT ?= -O2 -g
@@ -37,7 +38,7 @@ ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize
 # build/obj/<variant>/: the module links them; the test-only pesim module
 # links the same objects through an archive (spec/cdeps_spec.lua runs nm on
 # them to check that no two C files call each other).
-NAMES := $(basename $(notdir $(SRCS)))
+NAMES := $(patsubst csrc/%.c,%,$(SRCS))
 # The rock (rockspec/) is the variant "rock": `make rock ROCK_DIR=D
 # ROCK_INC=-I...` builds D/perf_event/core.so, objects in D/obj, against the
 # headers luarocks was configured for (one D per Lua version).
@@ -67,18 +68,25 @@ build/asan/perf_event/core.so: $(call objs_of,asan) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(BASECFLAGS) -O1 -g $(ASAN_FLAGS) $(call objs_of,asan) -o $@ -shared $(ASAN_FLAGS) $(DW_LIBS)
 
-asan: build/asan/perf_event/core.so build/test/asan/pesim.so
+asan: build/asan/perf_event/core.so build/test/asan/pesim.so build/test/asan/ljtest.so
 
-# pesim: the ring and user-page simulators (spec/support/pesim.c), a
-# test-only Lua module per variant, never part of core.so
+# pesim: the ring and user-page simulators (spec/support/pesim.c), and
+# ljtest: what the LuaJIT specs do to LuaJIT on purpose
+# (spec/support/ljtest.c): test-only Lua modules per variant, never part of
+# core.so
 define variant
 $(call objdir_of,$(1))/%.o: csrc/%.c $$(HDRS) Makefile
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(BASECFLAGS) $$(call cflags_of,$(1)) $$(call inc_of,$(1)) $$(if $$(filter %/unwind.c,$$<),$$(DW_CFLAGS)) -c $$< -o $$@
+	$$(CC) $$(BASECFLAGS) $$(call cflags_of,$(1)) $$(call inc_of,$(1)) -Icsrc $$(if $$(filter %/unwind.c,$$<),$$(DW_CFLAGS)) -c $$< -o $$@
 build/obj/$(1)/libpecore.a: $$(filter-out %/core.o,$$(call objs_of,$(1)))
 	rm -f $$@
 	ar rcs $$@ $$^
 build/test/$(1)/pesim.so: spec/support/pesim.c build/obj/$(1)/libpecore.a $$(HDRS) Makefile
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(BASECFLAGS) $$(call cflags_of,$(1)) $$(call inc_of,$(1)) -Icsrc $$< \
+	  build/obj/$(1)/libpecore.a -o $$@ -shared -Wl,--exclude-libs,ALL \
+	  $$(if $$(filter asan,$(1)),$$(ASAN_FLAGS))
+build/test/$(1)/ljtest.so: spec/support/ljtest.c build/obj/$(1)/libpecore.a $$(HDRS) Makefile
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(BASECFLAGS) $$(call cflags_of,$(1)) $$(call inc_of,$(1)) -Icsrc $$< \
 	  build/obj/$(1)/libpecore.a -o $$@ -shared -Wl,--exclude-libs,ALL \
@@ -115,7 +123,8 @@ build/test/lua5.1/petest.so: $(PETEST_SRC)
 
 fixtures: build/test/libpetarget.so build/test/petarget build/test/luajit/petest.so \
           build/test/lua5.4/petest.so build/test/lua5.1/petest.so \
-          build/test/luajit/pesim.so build/test/lua5.4/pesim.so build/test/lua5.1/pesim.so
+          build/test/luajit/pesim.so build/test/lua5.4/pesim.so build/test/lua5.1/pesim.so \
+          build/test/luajit/ljtest.so
 
 test: fixtures
 	$(MAKE) LUA=luajit

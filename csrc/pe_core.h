@@ -12,15 +12,23 @@
  *   fast.c                 the pe_fast_* FFI entry points
  *   perfdata.c             perf.data helpers: raw ring records, LE packing, build-ids
  *   event.c                event methods, ioctls, reads, the event metatable
- *   luasafe.c              the safe-point stacks (pe.profile on LuaJIT): skims
- *                          the sample ring through ring.c
+ *   lj/safepoint.c         the safe-point stacks (pe.profile on LuaJIT): the
+ *                          Lua entries, core._private.luasafe_*
+ *   lj/arm.c               arming: LuaJIT's profiler started in our name
+ *   lj/match.c             a drain: the sample ring skimmed through ring.c,
+ *                          signal records matched to its samples
+ *   lj/walk.c              the capture: frames walked at the safe point
+ *   lj/signal.c lj/intern.c  the handler and its records' rings; interned
+ *                          stacks and chunk names
  *   ring.c                 ring drain, records, AUX (methods added by event.c)
  *   group.c userpage.c luaprof.c  groups; the user-page (rdpmc) read,
  *                          time_conv; the LuaJIT signal-time stack walk
  *                          (pe.profile, walk="signal")
  *   luahook.c              the PUC Lua count hook's stacks (pe.profile)
- *   ljhook.c               LuaJIT's profiler hook flag and dispatch table:
+ *   lj/hook.c              LuaJIT's profiler hook flag and dispatch table:
  *                          found, checked, repaired (the two samplers above)
+ *   lj/layout.c            LuaJIT 2.1's layout (lj/layout.h): frames, G,
+ *                          traces, lines, read through a peek function
  *   sigroute.c             an event's overflow signal to this thread, and
  *                          reads of this process's memory (the
  *                          samplers above)
@@ -36,7 +44,9 @@
  *                          core._private
  *
  * The ring and user-page simulators are not in core.so: they live in the
- * test-only module spec/support/pesim.c, linked against these objects.
+ * test-only module spec/support/pesim.c, linked against these objects;
+ * what the LuaJIT specs do to LuaJIT on purpose likewise, in
+ * spec/support/ljtest.c.
  */
 #ifndef PE_CORE_H
 #define PE_CORE_H
@@ -315,9 +325,9 @@ void pe_open_spawn(lua_State *L);
 int pe_signal_fd(void);
 int pe_child_pid(lua_State *L, int idx);
 void pe_open_luaprof(lua_State *L);         /* luaprof.c */
-void pe_open_luasafe(lua_State *L);         /* luasafe.c */
+void pe_open_luasafe(lua_State *L);         /* lj/safepoint.c */
 void pe_open_luahook(lua_State *L);         /* luahook.c */
-/* ljhook.c: LuaJIT's profiler hook flag and dispatch table (LuaJIT on
+/* lj/hook.c: LuaJIT's profiler hook flag and dispatch table (LuaJIT on
  * x86-64; elsewhere find says why not and the rest do nothing).  find:
  * NULL once found for L's VM, else why not (tried again at the next
  * call); repair (async-signal-safe): clears a flag set over a table that
@@ -328,6 +338,8 @@ void pe_open_luahook(lua_State *L);         /* luahook.c */
 const char *pe_ljhook_find(lua_State *L);
 int pe_ljhook_repair(void);
 uint64_t pe_ljhook_repaired(void);
+/* the next pe_ljhook_find looks anew */
+void pe_ljhook_forget(void);
 void pe_open_ljhook(lua_State *L);
 /* perfdata.c: adds pd_next/pd_pack/pd_build_id to core._private */
 void pe_open_perfdata(lua_State *L);

@@ -17,20 +17,21 @@ local function lines(cmd)
   return t
 end
 
+-- the objects of csrc/*.c and of its subsystem folders (csrc/lj/*.c)
 local function objects()
   local t = {}
-  for _, path in ipairs(lines("ls " .. objdir .. "/*.o 2>/dev/null")) do
+  for _, path in ipairs(lines("ls " .. objdir .. "/*.o " .. objdir .. "/*/*.o 2>/dev/null")) do
     t[#t + 1] = path
   end
   table.sort(t)
   return t
 end
 
--- file (csrc name without .o) -> {def = set, undef = set}
+-- file (its path under csrc without .c: "event", "lj/walk") -> {def = set, undef = set}
 local function symbols()
   local files = {}
   for _, path in ipairs(objects()) do
-    local name = path:match("([^/]+)%.o$")
+    local name = path:sub(#objdir + 2):match("^(.+)%.o$")
     local f = { def = {}, undef = {} }
     for _, l in ipairs(lines("nm " .. path)) do
       local kind, sym = l:match("^%s*%x*%s+(%a)%s+(%S+)$")
@@ -107,7 +108,7 @@ local function stated_levels()
     local found = false
     -- the files are the first column; a description follows two spaces
     local names = line:match("^%s*%*%s+(.-%.c)%s%s") or line:match("^%s*%*%s+(.-%.c)%s*$") or ""
-    for name in names:gmatch("([%w_]+)%.c") do
+    for name in names:gmatch("([%w_/]+)%.c") do
       if not found then n = n + 1; found = true end
       level[name] = n
     end
@@ -121,7 +122,7 @@ describe("C file dependencies", function()
 
   it("finds the objects of this build (" .. objdir .. ")", function()
     assert.is_true(have, "no objects in " .. objdir .. ": run make")
-    for _, n in ipairs({ "lifecycle", "group", "layouts", "event", "ring", "fast", "userpage" }) do
+    for _, n in ipairs({ "lifecycle", "group", "layouts", "event", "ring", "fast", "userpage", "lj/layout" }) do
       assert.is_table(files[n], n .. ".o")
     end
   end)
@@ -168,6 +169,31 @@ describe("C file dependencies", function()
   end)
 end)
 
+describe("LuaJIT's layout", function()
+  local files = symbols()
+
+  it("has one owner, lj/layout.c, that the other LuaJIT readers call", function()
+    if not files["lj/layout"] then return pending("no lj/layout.o in " .. objdir) end
+    -- (compiled against 5.1's headers on x86-64 only: Lua 5.4's objects are empty)
+    if not (files["lj/signal"] and files["lj/signal"].def.ls_handler) then
+      return pending("no safe point in a core for " .. suite)
+    end
+    local g = graph(files)
+    -- global_State's scan, the frame links, traces and lines: defined there only
+    for _, sym in ipairs({ "lj_g_find", "lj_frame_prev", "lj_cfunc_at", "lj_trace_pc", "lj_pc_line",
+                           "lj_find_traces" }) do
+      for name, f in pairs(files) do
+        if f.def[sym] then assert.equal("lj/layout", name, sym .. " defined in " .. name) end
+      end
+      assert.truthy(files["lj/layout"].def[sym], sym)
+    end
+    -- the safe point's handler, capture and arming, and the hook repair, read through it
+    for _, reader in ipairs({ "lj/signal", "lj/walk", "lj/arm", "lj/hook" }) do
+      assert.truthy(g[reader] and g[reader]["lj/layout"], reader .. ".c does not call lj/layout.c")
+    end
+  end)
+end)
+
 describe("exported symbols", function()
   local function dynsyms(so)
     local t = {}
@@ -201,6 +227,25 @@ describe("exported symbols", function()
       if s:match("^pe_fast_") then fast = fast + 1 end
     end
     assert.equal(6, fast)    -- read, ioctl, group_read, group_ioctl, scale, token
+  end)
+
+  it("what the specs do to LuaJIT on purpose is in ljtest.so, not in core.so", function()
+    local core = require("perf_event.core")
+    local P = core._private
+    for _, name in ipairs({ "ljhook_tear", "ljhook_signal", "ljhook_find", "luasafe_signal", "luasafe_cover" }) do
+      assert.is_nil(P[name], "core._private." .. name)
+      assert.is_nil(core[name], "core." .. name)
+    end
+    -- (core.so's own entries of the safe point and the hook stay)
+    assert.is_function(P.luasafe_take)
+    assert.is_function(P.ljhook_stats)
+    if not jit then return end
+    local dir = (build:match("asan$") and "build/test/asan") or "build/test/" .. suite
+    assert.same({ "luaopen_ljtest" }, dynsyms(dir .. "/ljtest.so"))
+    local T = require("ljtest")
+    for _, name in ipairs({ "ljhook_tear", "ljhook_signal", "ljhook_find", "luasafe_signal", "luasafe_cover" }) do
+      assert.is_function(T[name], "ljtest." .. name)
+    end
   end)
 
   it("pesim.so exports only luaopen_pesim, and core has no simulator", function()

@@ -132,6 +132,14 @@ describe("perf_event.openresty, installed by the rock, in a user's nginx.conf", 
       "        location = /where { content_by_lua_block {",
       "            ngx.say(package.searchpath('perf_event.openresty', package.path))",
       "            ngx.say(package.searchpath('perf_event.core', package.cpath)) } }",
+      -- a profile of the worker's own: how its Lua stacks are taken
+      "        location = /walk { content_by_lua_block {",
+      "            local p = assert(require('perf_event').profile.start({ freq = 499 }))",
+      "            local t0, a = os.clock(), 0",
+      "            while os.clock() - t0 < 0.2 do a = a + math.sin(a) end",
+      "            p:stop()",
+      "            ngx.say('walk=', tostring(p.walk), ' reason=', tostring(p.stacks_reason),",
+      "                    ' samples=', p.nsamples) } }",
       "        location = /fill { content_by_lua_block {",
       "            local d, i, size = ngx.shared.perf_event, 0, 4096",
       "            while size >= 1 do",
@@ -196,6 +204,12 @@ describe("perf_event.openresty, installed by the rock, in a user's nginx.conf", 
     end
     assert.equal(tree .. "/share/lua/5.1/perf_event/openresty/init.lua\n" ..
                  tree .. "/lib/lua/5.1/perf_event/core.so\n", get("/where"))
+  end)
+
+  it("takes a worker's Lua stacks at the safe point (LuaJIT's profiler hook) with the rock's core", function()
+    local out = get("/walk")
+    assert.truthy(out:find("walk=safepoint reason=nil ", 1, true), out)
+    assert.truthy(tonumber(out:match("samples=(%d+)")) > 0, out)
   end)
 
   it("runs two unprivileged workers", function()

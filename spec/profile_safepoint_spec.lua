@@ -1,4 +1,4 @@
--- pe.profile's safe-point stacks on LuaJIT (csrc/luasafe.c,
+-- pe.profile's safe-point stacks on LuaJIT (csrc/lj/*.c,
 -- lua/perf_event/profile/safepoint.lua): the capture's walk against
 -- debug.getinfo (its self-test), the stacks of the classes the signal-time
 -- walk lost (C functions calling Lua, pcall/error, metamethods, coroutines,
@@ -536,7 +536,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     -- instruction took and cleared, with no dispatch update: LuaJIT's
     -- profile_signal then does nothing, no capture comes, and the loop's
     -- trace exits at every line, until some other dispatch update
-    -- (csrc/ljhook.c, pe_ljhook_repair; without it: 0.1 % of 1305 samples in
+    -- (csrc/lj/hook.c, pe_ljhook_repair; without it: 0.1 % of 1305 samples in
     -- the loop, which ran 9 times slower)
     local LP = pe.core._private
     local p = assert(pe.profile.start({ freq = 999 }))
@@ -553,7 +553,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     jit.off()
     local before = LP.ljhook_stats().repaired
     -- a sample's signal, then, in the same C call, a load whose bc event runs on_bc
-    LP.luasafe_signal(loadstring, "return 1")
+    require("ljtest").luasafe_signal(loadstring, "return 1")
     local st = LP.ljhook_stats()
     -- (or a sample's signal has cleared it already)
     assert.is_true(st.stuck or st.repaired > before, "LuaJIT updated its dispatch after the vmevent: nothing to clear")
@@ -583,21 +583,24 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
   it("finds LuaJIT's hook flag and table with a sample pending (the flag set, the table hooked)", function()
     -- (a find that met it returned "G->hookmask not found": three specs
     -- in one full run under ASan, session 14)
-    local LP = pe.core._private
     local p = assert(pe.profile.start({ freq = 999 }))
     finally(function() p:stop() end)
-    local n0 = LP.ljhook_stats().pending
+    -- (the test module's copy of the find: its own count of the scans
+    -- that met a sample pending)
+    local T = require("ljtest")
+    local n0 = T.ljhook_stats().pending
     -- a sample's signal, then the find anew in the same C call
-    local ok, why = LP.luasafe_signal(LP.ljhook_find, true)
+    local ok, why = T.luasafe_signal(T.ljhook_find)
     assert.is_true(ok, tostring(why))
-    local st = LP.ljhook_stats()
+    local st = T.ljhook_stats()
     assert.equal(n0 + 1, st.pending)
     assert.equal(89, st.n)
     p:stop()
   end)
 
   -- the samples of one call of sp_lua after a torn dispatch table
-  -- (ljhook_tear(from): the flag set, the entries from `from` on without
+  -- (ljtest.ljhook_tear(stats, from), at the addresses core.so's
+  -- ljhook_stats reports: the flag set, the entries from `from` on without
   -- the hook, as an lj_dispatch_update interrupted by profile_signal
   -- leaves it), with the handlers' repairs on or off: the share of them
   -- in sp_lua, their count, the call's os.clock time, and whether the
@@ -612,7 +615,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     local r0 = stats().repaired
     -- from the tear to the check after the loop only opcodes above `from`,
     -- not hooked (UGET, CALL, TGETS, MOV, KNUM: no luassert, no test)
-    local torn = LP.ljhook_tear(from)
+    local torn = require("ljtest").ljhook_tear(stats(), from)
     local t0 = clock()
     sp_lua(2e7)   -- one call, ~0.15 s compiled: no trace event meanwhile
     local spent = clock() - t0
@@ -628,7 +631,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
   it("repairs a dispatch table an interrupted update left hooked for some instructions only", function()
     -- profile_signal interrupting lj_dispatch_update: its own update hooks
     -- every instruction, then the interrupted one copies the rest of its
-    -- table over it (csrc/ljhook.c). The first entries call the hook, the
+    -- table over it (csrc/lj/hook.c). The first entries call the hook, the
     -- loop's do not: no capture, and the trace exits at every line (the
     -- spin of session 13's suite, with the table's first entry hooked)
     local LP = pe.core._private
@@ -691,7 +694,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     local function run(stuck, repairs)
       LP.ljhook_repairs(repairs)
       local r0 = LP.ljhook_stats().repaired
-      if stuck then LP.ljhook_signal(loadstring, "return 1") end
+      if stuck then require("ljtest").ljhook_signal(loadstring, "return 1") end
       local made = LP.ljhook_stats().stuck
       local c0 = calls
       sp_lua(2e7)   -- ~0.15 s compiled
@@ -834,7 +837,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     -- (time, ip) pairs in time order: the queue of ring samples, then the
     -- records (the handler's time and interrupted ip); luasafe_cover runs
     -- the code luasafe_take runs on them
-    local cover = pe.core._private.luasafe_cover
+    local cover = require("ljtest").luasafe_cover
     local A, B, C, D, E, F, X = 0x401000, 0x401010, 0x401020, 0x401030, 0x401040, 0x401050, 0x401060
     local samples = { 100, A, 110, A,   -- one interrupt, two periods: one signal
                       300, B,           -- its own signal

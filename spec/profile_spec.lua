@@ -709,7 +709,7 @@ describe("pe.profile", function()
     f:close()
     local bit29 = math.floor(tonumber(cgt:sub(-8), 16) / 2 ^ 28) % 2   -- SIGIO = 29
     assert.equal(1, bit29)
-    -- (by luaprof.c's handler, or by luasafe.c's when a safe-point profile
+    -- (by luaprof.c's handler, or by lj/signal.c's when a safe-point profile
     -- armed first in this process and took SIGIO)
     local LP = pe.core._private
     local s0 = LP.luasafe_stats and LP.luasafe_stats()

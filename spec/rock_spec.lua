@@ -222,9 +222,12 @@ describe("the rock", function()
     assert.are.equal(0, b.rc, b.out)
     local line = b.out:match("[^\n]*%-o build/rock[^\n]*/perf_event/core%.so[^\n]*")
     assert.truthy(line, "no link line of the core:\n" .. b.out)
-    -- every csrc/*.c compiled with the Makefile's flags against the headers
+    -- every csrc/*.c and csrc/lj/*.c compiled with the Makefile's flags against the headers
     -- luarocks is set up for, into the rock's own object directory, and linked
-    for _, c in ipairs(ls(b.src .. "/csrc/*.c")) do
+    local sources = ls(b.src .. "/csrc/*.c")
+    for _, c in ipairs(ls(b.src .. "/csrc/lj/*.c")) do sources[#sources + 1] = "lj/" .. c end
+    assert.truthy(#sources > #ls(b.src .. "/csrc/*.c"), "no csrc/lj/*.c")
+    for _, c in ipairs(sources) do
       local o = c:gsub("%.c$", ".o")
       local cc = b.out:match("[^\n]* %-c csrc/" .. c:gsub("%.", "%%.") .. " %-o build/rock[^\n]*")
       assert.truthy(cc, c .. " not compiled by the rock:\n" .. b.out)
@@ -299,6 +302,89 @@ if jit then print("ffi=" .. tostring(require("perf_event.fast").available)) end
     if rock.interp == "luajit" then
       assert.truthy(out:find("ffi=true", 1, true), "the FFI route did not bind to the rock's core:\n" .. out)
     end
+  end)
+
+  -- one 5.1 rock for both: LuaJIT's API is 5.1's, and the LuaJIT entries
+  -- the safe point calls are found when the module is loaded
+  local PROFILE_WALK = [[
+local pe = require("perf_event")
+local w, why = pe.core._private.luasafe_here()
+print("here=" .. (w and "stack" or tostring(why)))
+local p = assert(pe.profile.start({ freq = 499 }))
+local t0, a = os.clock(), 0
+while os.clock() - t0 < 0.2 do a = a + math.sin(a) end
+p:stop()
+print(("mode=%s walk=%s samples=%d"):format(tostring(p.mode), tostring(p.walk), p.nsamples))
+]]
+  local function profile_under(b, interp)
+    return sh(("cd /tmp && LUA_PATH=%s LUA_CPATH=%s %s -e %s"):format(
+      q(b.lua .. "/?.lua;" .. b.lua .. "/?/init.lua"), q(b.lib .. "/?.so"), interp, q(PROFILE_WALK)))
+  end
+
+  it("the 5.1 rock's profile takes its stacks at the safe point under luajit, and says needs LuaJIT under lua5.1",
+     function()
+    if rock.lua ~= "5.1" then pending("the 5.1 rock's") return end
+    local b = build()
+    assert.are.equal(0, b.rc, b.out)
+    -- the rock's tree alone on the paths (no ';;': the core is the rock's)
+    local out, rc = profile_under(b, "luajit")
+    assert.are.equal(0, rc, out)
+    assert.truthy(out:find("here=stack", 1, true), out)
+    assert.truthy(out:find("mode=safepoint walk=safepoint ", 1, true), out)
+    assert.truthy(tonumber(out:match("samples=(%d+)")) > 0, out)
+    out, rc = profile_under(b, "lua5.1")
+    assert.are.equal(0, rc, out)
+    assert.truthy(out:find("here=needs LuaJIT (x86-64)", 1, true), out)
+    assert.truthy(out:find("mode=hook walk=nil ", 1, true), out)
+    assert.truthy(tonumber(out:match("samples=(%d+)")) > 0, out)
+  end)
+
+  it("the 5.1 rock's profile takes its stacks at the safe point in an nginx worker", function()
+    if suite ~= "luajit" then pending("nginx runs in the luajit suite") return end
+    local N = require("support.nginx")
+    local why = N.skip_reason("the rock's nginx profile")
+    if why then pending(why) return end
+    local b = build()
+    assert.are.equal(0, b.rc, b.out)
+    local prefix = b.src:gsub("/src$", "/nginx")
+    assert(select(2, sh(("mkdir -p %s/conf %s/logs && chmod -R a+rX %s"):format(
+      q(prefix), q(prefix), q(prefix:gsub("/nginx$", ""))))) == 0)
+    local conf = table.concat({
+      "worker_processes 1;",
+      "pid logs/nginx.pid;",
+      "error_log logs/error.log notice;",
+      "load_module /usr/lib/nginx/modules/ndk_http_module.so;",
+      "load_module " .. N.MODULE .. ";",
+      "events { worker_connections 64; }",
+      "http {",
+      "  access_log off;",
+      -- both end in ';;' (resty.core is found on the default paths)
+      ('  lua_package_path "%s/?.lua;%s/?/init.lua;;";'):format(b.lua, b.lua),
+      ('  lua_package_cpath "%s/?.so;;";'):format(b.lib),
+      "  server {",
+      "    listen 127.0.0.1:@PORT@;",
+      '    location = /hello { content_by_lua_block { ngx.say("hello") } }',
+      "    location = /walk { content_by_lua_block {",
+      '      ngx.say("core=", package.searchpath("perf_event.core", package.cpath))',
+      '      local p = assert(require("perf_event").profile.start({ freq = 499 }))',
+      "      local t0, a = os.clock(), 0",
+      "      while os.clock() - t0 < 0.2 do a = a + math.sin(a) end",
+      "      p:stop()",
+      '      ngx.say("walk=", tostring(p.walk), " reason=", tostring(p.stacks_reason), " samples=", p.nsamples) } }',
+      "  }",
+      "}" }, "\n")
+    local master
+    local ok, err = pcall(function()
+      local base
+      base, master = N.start(prefix, { edit = function() return conf end, salt = 11 })
+      local out = sh("curl -s --max-time 30 " .. base .. "/walk")
+      assert.truthy(out:find("core=" .. b.lib .. "/perf_event/core.so", 1, true), out)
+      assert.truthy(out:find("walk=safepoint reason=nil ", 1, true),
+                    out .. (N.read(prefix .. "/logs/error.log") or ""))
+      assert.truthy(tonumber(out:match("samples=(%d+)")) > 0, out)
+    end)
+    N.stop(master)
+    assert(ok, err)
   end)
 
   it("its luaperf lists events and runs `stat` under " .. (rock and rock.interp or ""), function()

@@ -1,17 +1,20 @@
 -- Child of spec/profile_safepoint_spec.lua: LuaJIT's dispatch table left
 -- stale (the hook flag clear, a mode without the hook, the first entries
--- the hook: csrc/ljhook.c) inside jit.profile's callback, where LuaJIT's
+-- the hook: csrc/lj/hook.c) inside jit.profile's callback, where LuaJIT's
 -- profiler cannot set its flag (HOOK_VMEVENT), as in session 14's -jp
 -- spin.  pe.profile runs beside it (the signal-time walk: LuaJIT's
 -- profiler is jit.profile's).  Run as: luajit ljhook_stale.lua on|off
 -- (the handlers' repairs); prints "done N R" (the callback's loop result,
 -- the stale tables rewritten) when the program ends.  With the repairs
 -- off the callback never returns: its parent kills it.
-package.cpath = (os.getenv("PE_BUILD") or "build") .. "/?.so;" .. package.cpath
+local build = os.getenv("PE_BUILD") or "build"
+package.cpath = build .. "/?.so;build/test/" .. (build:match("asan$") and "asan" or "luajit") .. "/?.so;"
+  .. package.cpath
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 local pe = require("perf_event")
 local profile = require("jit.profile")
 local LP = pe.core._private
+local T = require("ljtest")   -- (spec/support/ljtest.c: the tear)
 local function work(n)
   local s = 0
   for i = 1, n do
@@ -19,12 +22,11 @@ local function work(n)
   end
   return s
 end
-assert(LP.ljhook_find())
 local result, armed
 profile.start("li1", function()
   if result or not armed then return end
   result = -1
-  assert(LP.ljhook_tear(16, false))
+  assert(T.ljhook_tear(LP.ljhook_stats(), 16, false))
   result = work(1e5)
 end)
 local p = assert(pe.profile.start({ freq = 999 }))

@@ -1,5 +1,6 @@
 --- perf_event.profile.safepoint: pe.profile's Lua stacks on LuaJIT, taken
--- at a safe point through LuaJIT's own profiler hook (csrc/luasafe.c)
+-- at a safe point through LuaJIT's own profiler hook (csrc/lj/safepoint.c
+-- and the files beside it)
 -- (not a public interface: pe.profile.start uses it).
 --
 -- Each sample of the profile's event signals the thread; when it runs Lua,
@@ -115,7 +116,10 @@ local function st_co(wrap)
   local body = function() co_g, co_flags = here() co_w = levels(1) coroutine.yield() end
   local outer   -- the resumer's frames, at the line that resumes
   if wrap then local f = coroutine.wrap(body) outer = levels(1) f() else
-    local co = coroutine.create(body) outer = levels(1) coroutine.resume(co) end
+    -- (the resume on the line levels(1) names: the resumer's frame is there)
+    local co = coroutine.create(body) outer = levels(1) local ok, err = coroutine.resume(co)
+    if not ok then error(err, 0) end
+  end
   -- the coroutine's frames, then coroutine.resume or the wrap function,
   -- then the resumer's (whose line is the resume's)
   local want = {}
@@ -131,7 +135,7 @@ local function st_co(wrap)
 end
 
 -- compiled lines: a loop of two lines, whose trace's snapshots the
--- capture reads (csrc/luasafe.c, ls_trace_pc)
+-- capture reads (csrc/lj/layout.c, lj_trace_pc)
 local function st_lines_loop(n)
   local a = 0
   for i = 1, n do
@@ -203,6 +207,14 @@ function M.selftest()
   local okr, running, ismain = pcall(coroutine.running)
   if not (okw and okr) then return { ok = false, reason = "self-test: " .. tostring(okw and running or wrapped) } end
   here_args = { coroutine.resume, wrapped }
+  -- a core whose safe point is compiled out, or that finds no LuaJIT VM
+  -- here, says why at its first call: that is the reason
+  local w0, why0 = LP.luasafe_here(here_args[1], here_args[2])
+  if not w0 then
+    LP.luasafe_forget()
+    selftest_result = { ok = false, reason = tostring(why0) }
+    return selftest_result
+  end
   local cases = { nested = st_mid, pcall = st_pcall, sort = st_sort, loop = st_loop,
                   coroutine = function() return st_co(false) end, wrap = function() return st_co(true) end }
   local names, checked = {}, 0

@@ -1,7 +1,7 @@
 /*
- * ljhook.c - LuaJIT's profiler hook flag and its dispatch table: found,
- * checked and repaired (the safe-point stacks, luasafe.c, and the
- * signal-time walk, luaprof.c).
+ * lj/hook.c - LuaJIT's profiler hook flag and its dispatch table: found,
+ * checked and repaired (the safe-point stacks, lj/signal.c, and the
+ * signal-time walk, luaprof.c).  G is read through lj/layout.h.
  *
  * LuaJIT keeps the flag (G->hookmask's HOOK_PROFILE, 0x80) apart from
  * the instruction dispatch table that makes the interpreter call the
@@ -46,22 +46,13 @@
  * the hook, and stale entries go.
  */
 #define _GNU_SOURCE
-#include "pe_core.h"
-#include <string.h>
+#include "lj/layout.h"
 
-#if defined(__has_include)
-#if __has_include(<luajit.h>) && defined(__x86_64__)
-#define LJH_LUAJIT 1
-#endif
-#endif
-
-#ifdef LJH_LUAJIT
-#include <luajit.h>
+#ifdef PE_LJ
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 
-#define LJH_L_G 16                 /* lua_State.glref (GC64) */
 #define LJH_SCAN 32768             /* bytes of G read: G, jit_State, hot counts, dispatch */
 #define LJH_MAXN 256               /* instruction entries at most (BC__MAX is 97 in 2.1) */
 #define LJH_FLAG 0x80              /* HOOK_PROFILE */
@@ -73,8 +64,8 @@
  * next lj_dispatch_update rewrites the whole instruction table */
 #define LJH_DM_NONE 0xc0
 
-#define LD64(a) (*(volatile uint64_t *)(uintptr_t)(a))
-#define LD8(a) (*(volatile uint8_t *)(uintptr_t)(a))
+#define LD64(a) lj_u64(&LJ_SELF, (a))
+#define LD8(a) lj_u8(&LJ_SELF, (a))
 #define ST8(a, v) (*(volatile uint8_t *)(uintptr_t)(a) = (uint8_t)(v))
 
 static uint64_t h_g;               /* the VM found (its G), 0 none */
@@ -86,7 +77,7 @@ static volatile uint64_t h_repaired, h_stale;
 static uint64_t h_npending;        /* scans that met a sample pending */
 static volatile int h_off;         /* tests: repairs switched off */
 
-static int h_peek(uint64_t a, void *out, size_t n) { return pe_peek(getpid(), a, out, n); }
+static int h_peek(uint64_t a, void *out, size_t n) { return lj_read(&LJ_SELF, a, out, n); }
 
 static void h_noop(lua_State *L, lua_Debug *ar) { (void)L; (void)ar; }
 
@@ -170,12 +161,13 @@ static const char *h_scan(lua_State *L, uint64_t g, size_t n, uint64_t *a, uint6
 
 const char *pe_ljhook_find(lua_State *L)
 {
-  uint64_t g = LD64((uint64_t)(uintptr_t)L + LJH_L_G);
+  uint64_t g = lj_g_of(&LJ_SELF, (uint64_t)(uintptr_t)L);
   uint64_t *a, *b, *c, pending = 0;
   size_t n = LJH_SCAN;
   sigset_t old;
   lua_Hook hook;
   int mask, count;
+  if (!pe_lj_here()) return h_why = "not LuaJIT on x86-64";
   if (g == h_g && h_hm) return NULL;
   /* not found yet, or another VM: look (one VM at a time has repairs) */
   h_hm = 0;
@@ -253,13 +245,17 @@ int pe_ljhook_repair(void)
 
 uint64_t pe_ljhook_repaired(void) { return h_repaired; }
 
+void pe_ljhook_forget(void) { h_hm = 0; }
+
 /* _private.ljhook_stats() -> {found=true|why, repaired=, rewritten=,
- * stuck=, stale=, n=, pending=, hookmask=, mode=}: flags cleared, stale
- * tables made to be rewritten, the two states now, the entries, the
- * scans that met a sample pending, and the two bytes (when found) */
+ * stuck=, stale=, n=, pending=, hookmask=, mode=, g=, hookmask_at=,
+ * dispatch_at=, hook=}: flags cleared, stale tables made to be rewritten,
+ * the two states now, the entries, the scans that met a sample pending,
+ * and (when found) the two bytes, and the addresses of G, of the flag's
+ * byte and of the table, and the hook's entry */
 static int l_stats(lua_State *L)
 {
-  lua_createtable(L, 0, 8);
+  lua_createtable(L, 0, 13);
   if (h_hm) lua_pushboolean(L, 1); else lua_pushstring(L, h_why);
   lua_setfield(L, -2, "found");
   lua_pushnumber(L, (lua_Number)h_repaired); lua_setfield(L, -2, "repaired");
@@ -271,75 +267,17 @@ static int l_stats(lua_State *L)
   if (h_hm) {
     lua_pushinteger(L, LD8(h_hm)); lua_setfield(L, -2, "hookmask");
     lua_pushinteger(L, LD8(h_hm + 1)); lua_setfield(L, -2, "mode");
+    lua_pushnumber(L, (lua_Number)h_g); lua_setfield(L, -2, "g");   /* addresses: 47 bits, exact */
+    lua_pushnumber(L, (lua_Number)h_hm); lua_setfield(L, -2, "hookmask_at");
+    lua_pushnumber(L, (lua_Number)h_disp); lua_setfield(L, -2, "dispatch_at");
+    lua_pushnumber(L, (lua_Number)h_hook); lua_setfield(L, -2, "hook");
   }
   return 1;
 }
 
-/* _private.ljhook_find([again]) -> true | nil, why (tests: for this VM;
- * again: forget what was found and look anew) */
-static int l_find(lua_State *L)
-{
-  const char *why;
-  if (lua_toboolean(L, 1)) h_hm = 0;
-  why = pe_ljhook_find(L);
-  if (why) { lua_pushnil(L); lua_pushstring(L, why); return 2; }
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-/* _private.ljhook_tear(from [, flag]) -> true | nil, why: what an
- * interrupted lj_dispatch_update leaves (tests): the flag set, every entry
- * the hook, then entries from..n-1 put back as the update for the mode
- * now (no flag) writes them.  With from 0 the flag is left set over a
- * table without the hook at all.  flag false: then the flag is cleared and
- * the mode put back as it was without it (the interrupted update's mode
- * and table written over the nested one's, but for the entries below
- * from): the stale state */
-static int l_tear(lua_State *L)
-{
-  uint32_t from = (uint32_t)pe_check_int(L, 1, "from", 0, LJH_MAXN), i;
-  int flag = lua_isnoneornil(L, 2) || lua_toboolean(L, 2);
-  uint8_t mode;
-  uint64_t plain[LJH_MAXN];
-  lua_Hook hook = lua_gethook(L);
-  int mask = lua_gethookmask(L), count = lua_gethookcount(L);
-  sigset_t old;
-  if (!h_hm || h_g != LD64((uint64_t)(uintptr_t)L + LJH_L_G)) {
-    lua_pushnil(L);
-    lua_pushstring(L, h_hm ? "another VM" : h_why);
-    return 2;
-  }
-  if (from > h_n) from = h_n;
-  h_block(&old);
-  ST8(h_hm, LD8(h_hm) & ~LJH_FLAG);
-  lua_sethook(L, hook, mask, count);          /* the table without the hook */
-  for (i = 0; i < h_n; i++) plain[i] = LD64(h_disp + 8 * (uint64_t)i);
-  mode = LD8(h_hm + 1);
-  ST8(h_hm, LD8(h_hm) | LJH_FLAG);
-  lua_sethook(L, hook, mask, count);          /* every entry the hook */
-  for (i = from; i < h_n; i++) *(volatile uint64_t *)(uintptr_t)(h_disp + 8 * (uint64_t)i) = plain[i];
-  if (!flag) {
-    ST8(h_hm, LD8(h_hm) & ~LJH_FLAG);
-    ST8(h_hm + 1, mode);
-  }
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-/* _private.ljhook_signal(f, ...) -> f's results: a SIGPROF to this thread
- * (LuaJIT's profile_signal, when jit.profile, -jp or a safe-point profile
- * runs LuaJIT's profiler), then f(...) within this C call, before any
- * instruction of the caller takes the hook (tests) */
-static int l_signal(lua_State *L)
-{
-  luaL_checktype(L, 1, LUA_TFUNCTION);
-  pthread_kill(pthread_self(), SIGPROF);
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-  return lua_gettop(L);
-}
-
-/* _private.ljhook_repairs(on): tests only, to show what a repair changes */
+/* _private.ljhook_repairs(on): the handlers' repairs on (the default) or
+ * off: a diagnostic switch, which the specs use to show what a repair
+ * changes */
 static int l_repairs(lua_State *L)
 {
   h_off = !lua_toboolean(L, 1);
@@ -362,18 +300,15 @@ static int l_stats(lua_State *L)
   return 1;
 }
 
-static int l_find(lua_State *L) { lua_pushnil(L); lua_pushstring(L, "not LuaJIT on x86-64"); return 2; }
-static int l_tear(lua_State *L) { lua_pushnil(L); lua_pushstring(L, "not LuaJIT on x86-64"); return 2; }
+void pe_ljhook_forget(void) {}
 static int l_repairs(lua_State *L) { (void)L; return 0; }
-static int l_signal(lua_State *L) { return luaL_error(L, "not LuaJIT on x86-64"); }
 
 #endif
 
 void pe_open_ljhook(lua_State *L)
 {
   static const luaL_Reg fns[] = {
-    {"ljhook_stats", l_stats}, {"ljhook_find", l_find}, {"ljhook_tear", l_tear},
-    {"ljhook_repairs", l_repairs}, {"ljhook_signal", l_signal}, {NULL, NULL}
+    {"ljhook_stats", l_stats}, {"ljhook_repairs", l_repairs}, {NULL, NULL}
   };
   pe_push_private(L, lua_gettop(L));
   pe_setfuncs(L, fns);
