@@ -148,7 +148,7 @@ describe("luaperf record --call-graph dwarf", function()
   end)
 
   it("takes perf's --call-graph values and refuses others", function()
-    local cli = require("perf_event.cli")
+    local cli = require("perf_event.cli.record")   -- internal: the -g/--call-graph parser
     assert.same({ mode = "fp" }, cli.call_graph("fp"))
     assert.same({ mode = "dwarf", size = 8192 }, cli.call_graph("dwarf"))
     assert.same({ mode = "dwarf", size = 4096 }, cli.call_graph("dwarf,4096"))

@@ -36,9 +36,7 @@ Run 'luaperf COMMAND --help' for the options of a command.
 function M.stat(argv) return require(SUB.stat).stat(argv) end
 function M.list(argv) return require(SUB.list).list(argv) end
 function M.record(argv) return require(SUB.record).record(argv) end
--- the record helpers, for the specs and scripts that used them from here
-function M.folder(...) return require(SUB.record).folder(...) end
-function M.call_graph(...) return require(SUB.record).call_graph(...) end
+-- the reader of a process's perf map (luaperf record --lua -p)
 function M.luamap(...) return require(SUB.record).luamap(...) end
 
 -- ------------------------------------------------------------- main

@@ -34,7 +34,6 @@ local function symbols() return require("perf_event.symbols") end
 local wire = require("perf_event.pprof.wire")
 local fv, fb, fpacked = wire.fv, wire.fb, wire.fpacked
 local gz = require("perf_event.pprof.gzip")
-M.varint = wire.varint
 
 -- ---------------------------------------------------------------- gzip
 -- (perf_event.pprof.gzip)

@@ -162,14 +162,23 @@ local elf_for = M.elf
 
 -- ---------------------------------------------------------------- kernel
 
-local kernel -- { hex = {...sorted}, name = {...} } | false
+local kernel, kernel_err -- { hex = {...sorted}, name = {...} } | false, why
 
---- Loads /proc/kallsyms (text symbols). False when unreadable or when
--- kptr_restrict hides the addresses (all zero).
+--- Loads /proc/kallsyms (the kernel's text symbols), once.
+-- @tparam[opt] string path another file of that format (not cached)
+-- @treturn[1] table `{hex = {...}, name = {...}}`, sorted by address
+-- @treturn[2] nil
+-- @treturn[2] string why: the file cannot be read, or kptr_restrict hides
+--   its addresses (all zero)
 function M.kallsyms(path)
-  if kernel ~= nil and not path then return kernel end
-  local f = io.open(path or "/proc/kallsyms", "r")
-  local k = false
+  if kernel ~= nil and not path then
+    if kernel then return kernel end
+    return nil, kernel_err
+  end
+  local file = path or "/proc/kallsyms"
+  local f, open_err = io.open(file, "r")
+  local k, why = false, nil
+  if not f then why = "cannot read kernel symbols: " .. tostring(open_err) end
   if f then
     local hex, names = {}, {}
     local n = 0
@@ -188,9 +197,12 @@ function M.kallsyms(path)
       local sh, sn = {}, {}
       for i, j in ipairs(idx) do sh[i], sn[i] = hex[j], names[j] end
       k = { hex = sh, name = sn }
+    else
+      why = file .. " shows no kernel text address (kptr_restrict hides them: a user without CAP_SYSLOG sees zeros)"
     end
   end
-  if not path then kernel = k end
+  if not path then kernel, kernel_err = k, why end
+  if not k then return nil, why end
   return k
 end
 
@@ -466,7 +478,7 @@ end
 --- Forgets the cached ELF files and kallsyms (e.g. after a library changed).
 function M.flush()
   elf_cache = {}
-  kernel = nil
+  kernel, kernel_err = nil, nil
 end
 
 return M
