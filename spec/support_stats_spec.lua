@@ -89,23 +89,32 @@ describe("spec/support/stats.lua", function()
     ok, msg = S.count_at_least("n", 15, 100, 0.5)
     assert.is_false(ok)
     assert.matches("n: 15 counted, 100.0 due, at least 50.0 allowed", msg)
+    -- two-sided counts: Poisson(100) stays within 55..153 at 1e-6 (each side
+    -- summed exactly: P(X <= 54) = 3.4e-7, P(X >= 154) = 3.3e-7)
+    assert.is_true(S.count_near("c", 55, 100))
+    assert.is_true(S.count_near("c", 153, 100))
+    assert.is_false(S.count_near("c", 54, 100))
+    assert.is_false(S.count_near("c", 154, 100))
+    ok, msg = S.count_near("c", 200, 100, 0.33)
+    assert.is_false(ok)
+    assert.matches("c: 200 counted, 100.0 due %+%- 33%% %(systematic%); the exact Poisson bound is", msg)
     -- two samplings: equal shares pass, far apart fail
     assert.is_true(S.two_shares("g", 300, 1000, 150, 500, 0.02))
     assert.is_false(S.two_shares("g", 300, 1000, 250, 500, 0.02))
   end)
 
   it("measure returns the window's results, retakes a spoiled one and names every try", function()
-    local a, b = S.measure(function(try) return "r" .. try, 2 end, { max_lost = 1 })
+    local a, b = S.measure(function(try) return "r" .. try, 2 end, { max_steal = 1, max_delay = 1 })
     assert.same({ "r1", 2 }, { a, b })
     assert.is_number(S.last.wall)
     -- a limit no window meets: each try taken, discarded, then a failure
     local discarded, tries = 0, 0
     local ok, err = pcall(S.measure, function(try) tries = try return try end,
-      { max_lost = -1, tries = 3, what = "the window", discard = function() discarded = discarded + 1 end })
+      { max_steal = -1, tries = 3, what = "the window", discard = function() discarded = discarded + 1 end })
     assert.is_false(ok)
     assert.equal(3, tries)
     assert.equal(3, discarded)
-    assert.matches("the window: every one of 3 tries lost more than", err)
+    assert.matches("the window: every one of 3 tries lost more than %-100.0%% of the machine's time", err)
     assert.matches("try 1: .* steal .*run delay .*; try 2: .*; try 3: ", err)
     -- what a window lost, from two snapshots
     local w = S.lost({ steal = 10, total = 1000, delay = 0, run = 0, up = 5 },

@@ -11,14 +11,18 @@
 -- there for comparison and refuses n*p or n*(1-p) under 10.
 --
 -- S.measure(fn, opts) runs a measured window and takes it again when more
--- than opts.max_lost (5 %) of it went to the hypervisor (/proc/stat's steal,
--- all CPUs) or to waiting on a runqueue (this thread's run delay,
--- /proc/thread-self/schedstat): a spoiled window is named and retaken, never
--- judged with a wider tolerance.
+-- than 2 % of it went to the hypervisor (/proc/stat's steal, all CPUs:
+-- cpu-clock counts stolen time, os.clock does not, so steal moves a share
+-- point for point) or more than 5 % to waiting on a runqueue (this thread's
+-- run delay, /proc/thread-self/schedstat; a window judged on CPU time alone
+-- -- cpu-clock samples against os.clock -- passes delay = false: neither
+-- clock runs while the thread waits): a spoiled window is named and
+-- retaken, never judged with a wider tolerance.
 local S = {}
 
 S.ODDS = 1e-6
-S.MAX_LOST = 0.05
+S.MAX_STEAL = 0.02
+S.MAX_DELAY = 0.05
 S.TRIES = 4
 
 local exp, log, floor, max, min = math.exp, math.log, math.floor, math.max, math.min
@@ -219,6 +223,19 @@ function S.count_at_least(what, k, mu, allow)
     label(what), k, mu, m, 100 * allow, lo, S.ODDS, k, tail)
 end
 
+--- a count k of events due at mean mu within a share `allow` of it either
+-- way, up to Poisson sampling: fails when P(X <= k | mu * (1 - allow)) or
+-- P(X >= k | mu * (1 + allow)) is under S.ODDS / 2. Returns ok, message.
+function S.count_near(what, k, mu, allow)
+  allow = allow or 0
+  local lo_mu, hi_mu = mu * (1 - allow), mu * (1 + allow)
+  local lo = first_true(0, math.ceil(lo_mu), function(j) return S.poisson_cdf(j, lo_mu) > S.ODDS / 2 end)
+  local hi = first_true(floor(hi_mu), floor(hi_mu + 50 * math.sqrt(hi_mu + 1) + 50),
+                        function(j) return S.poisson_sf(j + 1, hi_mu) <= S.ODDS / 2 end)
+  return k >= lo and k <= hi, fmt("%s%d counted, %.1f due +- %.0f%% (systematic); the exact Poisson "
+    .. "bound is %d..%d at false-failure odds %g", label(what), k, mu, 100 * allow, lo, hi, S.ODDS)
+end
+
 --- two shares from two independent samplings, k1 of n1 and k2 of n2, equal
 -- up to `allow` (a share): the normal bound at z = 4.9 on the difference
 -- (two-sided odds 1e-6), continuity corrected, valid when each n*p and
@@ -309,16 +326,17 @@ S.describe = describe
 S.retakes = {}
 
 --- runs fn(try) as a measured window and returns what it returns, once a
--- window lost at most opts.max_lost (S.MAX_LOST) of itself to steal or to
--- run delay; a spoiled window is taken again (opts.discard(...) gets its
+-- window lost at most opts.max_steal (S.MAX_STEAL) of all CPUs' time to
+-- steal and at most opts.max_delay (S.MAX_DELAY) of itself to run delay
+-- (opts.delay = false: run delay not judged, for a window judged on CPU
+-- time alone); a spoiled window is taken again (opts.discard(...) gets its
 -- results first, e.g. to close a profile), up to opts.tries (S.TRIES) in
--- all, then the test fails naming each try's steal and delay.
--- opts.what names the window; opts.delay = false leaves run delay out (a
--- window spent waiting for another process). S.last holds the kept
--- window's losses.
+-- all, then the test fails naming each try's steal and delay. opts.what
+-- names the window. S.last holds the kept window's losses.
 function S.measure(fn, opts)
   opts = opts or {}
-  local tries, lim = opts.tries or S.TRIES, opts.max_lost or S.MAX_LOST
+  local tries = opts.tries or S.TRIES
+  local max_steal, max_delay = opts.max_steal or S.MAX_STEAL, opts.max_delay or S.MAX_DELAY
   local what = opts.what or "a measured window"
   local seen = {}
   for try = 1, tries do
@@ -328,8 +346,10 @@ function S.measure(fn, opts)
     keep(fn(try))
     local w = S.lost(a, S.snapshot())
     local spoiled = {}
-    if w.steal and w.steal > lim then spoiled[#spoiled + 1] = "steal" end
-    if opts.delay ~= false and w.delay and w.delay > lim then spoiled[#spoiled + 1] = "run delay" end
+    if w.steal and w.steal > max_steal then spoiled[#spoiled + 1] = "steal over " .. pct(max_steal) end
+    if opts.delay ~= false and w.delay and w.delay > max_delay then
+      spoiled[#spoiled + 1] = "run delay over " .. pct(max_delay)
+    end
     w.try = try
     if #spoiled == 0 then
       S.last = w
@@ -338,12 +358,13 @@ function S.measure(fn, opts)
     local line = fmt("try %d: %s", try, describe(w))
     seen[#seen + 1] = line
     S.retakes[#S.retakes + 1] = what .. ": " .. line
-    io.stderr:write(fmt("[stats] %s spoiled by %s (over %s), taken again: %s\n", what,
-      table.concat(spoiled, " and "), pct(lim), line))
+    io.stderr:write(fmt("[stats] %s spoiled by %s, taken again: %s\n", what, table.concat(spoiled, " and "), line))
     if opts.discard then opts.discard(unpack(r, 1, r.n)) end
   end
-  error(fmt("%s: every one of %d tries lost more than %s to the hypervisor's steal or to waiting "
-    .. "on a runqueue, so none was judged: %s", what, tries, pct(lim), table.concat(seen, "; ")), 2)
+  error(fmt("%s: every one of %d tries lost more than %s of the machine's time to the hypervisor's "
+    .. "steal%s, so none was judged: %s", what, tries, pct(max_steal),
+    opts.delay ~= false and fmt(" or more than %s to waiting on a runqueue", pct(max_delay)) or "",
+    table.concat(seen, "; ")), 2)
 end
 
 return S
