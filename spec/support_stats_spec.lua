@@ -114,12 +114,24 @@ describe("spec/support/stats.lua", function()
     assert.is_false(ok)
     assert.equal(3, tries)
     assert.equal(3, discarded)
-    assert.matches("the window: every one of 3 tries lost more than %-100.0%% of the machine's time", err)
+    assert.matches("the window: every one of 3 tries lost more than %-100.0%% of a CPU's time", err)
     assert.matches("try 1: .* steal .*run delay .*; try 2: .*; try 3: ", err)
     -- what a window lost, from two snapshots
     local w = S.lost({ steal = 10, total = 1000, delay = 0, run = 0, up = 5 },
                      { steal = 20, total = 1100, delay = 1e8, run = 9e8, up = 6 })
     near(0.1, w.steal)
+    -- the CPU that lost most: 9 of 50 ticks (the machine: 10 of 100)
+    w = S.lost({ steal = 10, total = 1000,
+                 cpus = { cpu0 = { steal = 5, total = 500 }, cpu1 = { steal = 5, total = 500 } } },
+               { steal = 20, total = 1100,
+                 cpus = { cpu0 = { steal = 14, total = 550 }, cpu1 = { steal = 6, total = 550 } } })
+    near(0.18, w.steal)
+    -- a live snapshot names this machine's CPUs
+    local snap = S.snapshot()
+    assert.is_number(snap.total)
+    assert.is_table(snap.cpus.cpu0)
+    w = S.lost({ steal = 10, total = 1000, delay = 0, run = 0, up = 5 },
+               { steal = 20, total = 1100, delay = 1e8, run = 9e8, up = 6 })
     assert.equal(100, w.steal_ms)
     near(0.1, w.delay)
     near(100, w.delay_ms)

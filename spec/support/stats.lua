@@ -11,7 +11,8 @@
 -- there for comparison and refuses n*p or n*(1-p) under 10.
 --
 -- S.measure(fn, opts) runs a measured window and takes it again when more
--- than 2 % of it went to the hypervisor (/proc/stat's steal, all CPUs:
+-- than 2 % of it went to the hypervisor (/proc/stat's steal, the CPU that
+-- lost most:
 -- cpu-clock counts stolen time, os.clock does not, so steal moves a share
 -- point for point) or more than 5 % to waiting on a runqueue (this thread's
 -- run delay, /proc/thread-self/schedstat; a window judged on CPU time alone
@@ -270,22 +271,29 @@ local function read_first(path)
 end
 
 --- what the machine and this thread lost so far: { steal = ticks of all
--- CPUs (USER_HZ), total = all ticks, delay = run delay ns, run = ns on CPU,
--- up = /proc/uptime s }; fields nil when unknown
+-- CPUs (USER_HZ), total = all ticks, cpus = { {steal, total} per CPU },
+-- delay = run delay ns, run = ns on CPU, up = /proc/uptime s }; fields nil
+-- when unknown
 function S.snapshot()
-  local snap = {}
-  local l = read_first("/proc/stat")
-  if l then
-    local total, i = 0, 0
-    for v in l:gmatch("%d+") do
-      i = i + 1
-      -- guest and guest_nice (9th, 10th) are already in user and nice
-      if i <= 8 then total = total + tonumber(v) end
-      if i == 8 then snap.steal = tonumber(v) end
+  local snap = { cpus = {} }
+  local f = io.open("/proc/stat", "r")
+  if f then
+    for l in f:lines() do
+      local name = l:match("^(cpu%d*)%s")
+      if not name then break end
+      local total, steal, i = 0, nil, 0
+      for v in l:gmatch("%s(%d+)") do
+        i = i + 1
+        -- guest and guest_nice (9th, 10th) are already in user and nice
+        if i <= 8 then total = total + tonumber(v) end
+        if i == 8 then steal = tonumber(v) end
+      end
+      if name == "cpu" then snap.steal, snap.total = steal, total
+      else snap.cpus[name] = { steal = steal, total = total } end
     end
-    snap.total = total
+    f:close()
   end
-  l = read_first("/proc/thread-self/schedstat") or read_first("/proc/self/schedstat")
+  local l = read_first("/proc/thread-self/schedstat") or read_first("/proc/self/schedstat")
   if l then
     local run, delay = l:match("^(%d+)%s+(%d+)")
     snap.run, snap.delay = tonumber(run), tonumber(delay)
@@ -295,8 +303,9 @@ function S.snapshot()
   return snap
 end
 
---- what a window between two snapshots lost: { wall (s), steal (share of
--- all CPUs' ticks), steal_ms, delay (share of the window), delay_ms }
+--- what a window between two snapshots lost: { wall (s), steal (the
+-- largest share of one CPU's ticks: a thread on that CPU lost as much),
+-- steal_ms (all CPUs), delay (share of the window), delay_ms }
 function S.lost(a, b)
   local w = {}
   w.wall = (a.up and b.up) and (b.up - a.up) or 0
@@ -304,6 +313,12 @@ function S.lost(a, b)
     local dt = b.total - a.total
     w.steal_ms = (b.steal - a.steal) * 10
     w.steal = dt > 0 and (b.steal - a.steal) / dt or 0
+    for name, c in pairs(a.cpus or {}) do
+      local d = b.cpus and b.cpus[name]
+      if d and d.total > c.total and c.steal and d.steal then
+        w.steal = max(w.steal, (d.steal - c.steal) / (d.total - c.total))
+      end
+    end
   end
   if a.delay and b.delay then
     local d, r = (b.delay - a.delay) / 1e9, (b.run - a.run) / 1e9
@@ -315,7 +330,7 @@ function S.lost(a, b)
 end
 
 local function describe(w)
-  return fmt("%.2f s, steal %s (%.0f ms of all CPUs' time), run delay %s (%.0f ms)", w.wall,
+  return fmt("%.2f s, steal %s of a CPU (%.0f ms of all CPUs' time), run delay %s (%.0f ms)", w.wall,
     w.steal and pct(w.steal) or "unknown", w.steal_ms or 0, w.delay and pct(w.delay) or "unknown",
     w.delay_ms or 0)
 end
@@ -326,7 +341,7 @@ S.describe = describe
 S.retakes = {}
 
 --- runs fn(try) as a measured window and returns what it returns, once a
--- window lost at most opts.max_steal (S.MAX_STEAL) of all CPUs' time to
+-- window lost at most opts.max_steal (S.MAX_STEAL) of any CPU's time to
 -- steal and at most opts.max_delay (S.MAX_DELAY) of itself to run delay
 -- (opts.delay = false: run delay not judged, for a window judged on CPU
 -- time alone); a spoiled window is taken again (opts.discard(...) gets its
@@ -361,7 +376,7 @@ function S.measure(fn, opts)
     io.stderr:write(fmt("[stats] %s spoiled by %s, taken again: %s\n", what, table.concat(spoiled, " and "), line))
     if opts.discard then opts.discard(unpack(r, 1, r.n)) end
   end
-  error(fmt("%s: every one of %d tries lost more than %s of the machine's time to the hypervisor's "
+  error(fmt("%s: every one of %d tries lost more than %s of a CPU's time to the hypervisor's "
     .. "steal%s, so none was judged: %s", what, tries, pct(max_steal),
     opts.delay ~= false and fmt(" or more than %s to waiting on a runqueue", pct(max_delay)) or "",
     table.concat(seen, "; ")), 2)
