@@ -237,6 +237,25 @@ function S.count_near(what, k, mu, allow)
     .. "bound is %d..%d at false-failure odds %g", label(what), k, mu, 100 * allow, lo, hi, S.ODDS)
 end
 
+--- two counts at rates equal up to a share `allow`: n1 events in t1 (s)
+-- and n2 in t2. Given n1 + n2, n1 is binomial with p = t1 r1 / (t1 r1 +
+-- t2 r2) (both Poisson: a conservative model of timer-driven samples); fails
+-- when n1 lies outside the exact binomial range (odds S.ODDS) of every p
+-- with r1 / r2 in [1 - allow, 1 + allow]. Returns ok, message.
+function S.rates(what, n1, t1, n2, t2, allow)
+  allow = allow or 0
+  local n = n1 + n2
+  local msg = fmt("%s%d in %.3f s (%.1f/s) against %d in %.3f s (%.1f/s), rates equal +- %.0f%% (systematic)",
+    label(what), n1, t1, n1 / t1, n2, t2, n2 / t2, 100 * allow)
+  if n == 0 then return false, msg .. "; no events" end
+  local plo = t1 * (1 - allow) / (t1 * (1 - allow) + t2)
+  local phi = t1 * (1 + allow) / (t1 * (1 + allow) + t2)
+  local lo = S.binom_range(n, plo)
+  local _, hi = S.binom_range(n, phi)
+  return n1 >= lo and n1 <= hi, msg .. fmt("; of their %d, the first may be %d..%d (exact binomial, "
+    .. "false-failure odds %g)", n, lo, hi, S.ODDS)
+end
+
 --- two shares from two independent samplings, k1 of n1 and k2 of n2, equal
 -- up to `allow` (a share): the normal bound at z = 4.9 on the difference
 -- (two-sided odds 1e-6), continuity corrected, valid when each n*p and
