@@ -183,8 +183,8 @@ describe("pe.profile on PUC Lua (hook mode)", function()
         -- nearly every sample found its capture (all of them on a quiet
         -- machine; 94.6% once with valgrind busy on the other core: a thread
         -- preempted for 100 ms between a sample and its capture loses it)
-        assert.is_true(p.nhooked >= 0.9 * p.nsamples, ("%d of %d paired, %d captures, %d dropped\n%s"):format(
-          p.nhooked, p.nsamples, p.ncaps, p.hook_dropped, p:folded()))
+        local ok, why = stats.at_least("samples paired with their capture", p.nhooked, p.nsamples, 0.9)
+        assert.is_true(ok, ("%s; %d captures, %d dropped\n%s"):format(why, p.ncaps, p.hook_dropped, p:folded()))
       end)
 
       it("one hot function under two callers shows both paths, each caller at its call line", function()
@@ -215,10 +215,9 @@ describe("pe.profile on PUC Lua (hook mode)", function()
           end
         end
         assert.is_true(inleaf >= 200, "samples in stk_leaf: " .. inleaf)
-        -- both paths, in the ratio of their iteration counts (2:1)
-        local share_a = 100 * via.stk_via_a / inleaf
-        assert.is_true(math.abs(share_a - 200 / 3) <= 7,
-          ("via_a %d, via_b %d: %.1f%% via a"):format(via.stk_via_a, via.stk_via_b, share_a))
+        -- both paths, in the ratio of their iteration counts (2:1), within
+        -- the exact binomial bound of inleaf and SYS (the calls' own cost)
+        assert.is_true(stats.share("stk_leaf's samples via stk_via_a", via.stk_via_a, inleaf, 2 / 3, SYS))
         local folded = p:folded({ lines = false })
         assert.is_truthy(folded:find("stk_via_a@[^;]+;stk_leaf@"), folded)
         assert.is_truthy(folded:find("stk_via_b@[^;]+;stk_leaf@"), folded)
@@ -244,7 +243,7 @@ describe("pe.profile on PUC Lua (hook mode)", function()
         assert.is_true(libc >= 20, "libc leaves: " .. libc .. " of " .. p.nsamples .. "\n" .. p:folded())
         -- a sample is paired with the next capture by time: on a loaded
         -- machine some pair with none (measured 89-100 %)
-        assert.is_true(under >= 0.8 * libc, under .. " of " .. libc .. " libc leaves under repper")
+        assert.is_true(stats.at_least("libc leaves under repper", under, libc, 0.8))
       end)
 
       it("stop() removes the hook, and no capture follows it", function()
@@ -285,7 +284,8 @@ describe("pe.profile on PUC Lua (hook mode)", function()
         inco = inco + 1
       end
     end
-    assert.is_true(inco >= 0.5 * p.nsamples, inco .. " of " .. p.nsamples .. " in_co;spin\n" .. p:folded())
+    local ok, why = stats.at_least("samples in in_co;spin", inco, p.nsamples, 0.5)
+    assert.is_true(ok, why .. "\n" .. p:folded())
     -- and the resuming thread's frames follow: coroutine.resume, then this function
     local folded = p:folded({ lines = false })
     local joined = select(2, folded:gsub(";resume;in_co@[^;]+;spin@", ""))
@@ -316,8 +316,8 @@ describe("pe.profile on PUC Lua (hook mode)", function()
       if f and (f.line == line or f.line == line - 1) then at = at + 1 end
       assert.is_true(not f or f.lua.name ~= "spin", "no frame of the coroutine's own stack")
     end
-    assert.is_true(at >= 0.5 * p.nsamples, at .. " of " .. p.nsamples .. " at lines " .. line - 1 .. "-" .. line
-      .. "\n" .. p:folded())
+    local ok, why = stats.at_least("samples at lines " .. line - 1 .. "-" .. line, at, p.nsamples, 0.5)
+    assert.is_true(ok, why .. "\n" .. p:folded())
   end)
 
   -- the share of `flat`, called from this function's loop, against
@@ -359,15 +359,18 @@ describe("pe.profile on PUC Lua (hook mode)", function()
   end)
 
   it("hook_leaf=false: on 5.4 the function's samples go to its caller", function()
-    local got, want, n, p = flat_share({ hook_leaf = false })
+    local got, want, n, p = stats.measure(function() return flat_share({ hook_leaf = false }) end,
+                                          { what = "flat's share, hook_leaf=false", delay = false })
     assert.is_false(p.hook_leaf)
     assert.equal("hook_leaf=false", p.hook_leaf_reason)
     assert.equal(0, p.hook_added)
     assert.is_true(n >= 100, "samples: " .. n)
+    local k = math.floor(got * n / 100 + 0.5)
     if _VERSION == "Lua 5.4" then
-      assert.is_true(got < want - 20, ("flat: %.1f%% of the samples, %.1f%% of os.clock"):format(got, want))
+      -- at least 20 points under os.clock's share, up to the binomial bound
+      assert.is_true(stats.at_most("flat", k, n, math.max(0, want - 20) / 100))
     else
-      assert.is_true(math.abs(got - want) <= 5, ("flat: %.1f%% of the samples, %.1f%% of os.clock"):format(got, want))
+      assert.is_true(stats.share("flat", k, n, want / 100, SYS + FLAT_SYS))
     end
   end)
 
@@ -375,8 +378,8 @@ describe("pe.profile on PUC Lua (hook mode)", function()
     -- 19x slower at 50 kHz, and 100 kHz never finished, before the cap;
     -- about 1.5x with it
     U.check_rate_cap(start, function() return alpha(4e5) end, function(p)
-      assert.is_true(p.nsamples > 0 and p.nhooked >= 0.9 * p.nsamples,
-        ("%d samples, %d with their stack"):format(p.nsamples, p.nhooked))
+      local ok, why = stats.at_least("samples with their stack", p.nhooked, p.nsamples, 0.9)
+      assert.is_true(p.nsamples > 0 and ok, why)
       assert.equal("number", type(p.hook_shed))
     end)
   end)
@@ -436,7 +439,8 @@ print("result", p.mode, p.nsamples, p.nhooked, p:top(1)[1].name)
     local mode, n, hooked, top = out:match("result\t(%S+)\t(%d+)\t(%d+)\t(%S+)")
     assert.equal("hook", mode, out)
     assert.is_true(tonumber(n) >= 150, out)
-    assert.is_true(tonumber(hooked) >= 0.9 * tonumber(n), out)
+    local ok, why = stats.at_least("samples with their stack", tonumber(hooked), tonumber(n), 0.9)
+    assert.is_true(ok, why .. "\n" .. out)
     assert.matches("^spin@", top)
   end)
 
