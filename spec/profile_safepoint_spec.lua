@@ -288,7 +288,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     -- ("sp_cmp;[luajit]"): 18 % to 27 % of the whole in 38 runs here; the
     -- samples ending at sp_cmp alone were 12 % to 19 %, and once 9.6 %
     local n = stacks_with(p, "sp_sort;table%.sort;sp_cmp")
-    assert.is_true(n >= 0.1 * #p.samples, n .. " of " .. #p.samples .. " samples in sp_sort;table.sort;sp_cmp")
+    assert.is_true(bounds.at_least("samples in sp_sort;table.sort;sp_cmp", n, #p.samples, 0.1))
     -- and nowhere else
     assert.equal(n, stacks_with(p, "sp_cmp"))
   end)
@@ -296,7 +296,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
   it("gsub with a function replacement: the callback under string.gsub, the time under its caller", function()
     local p = check_shares({ { "sp_gsub", sp_gsub, 2000 }, { "sp_lua", sp_lua, 200000 } }, 0.8)
     local n = stacks_with(p, "sp_gsub;string%.gsub")
-    assert.is_true(n >= 0.1 * #p.samples, n .. " of " .. #p.samples .. " samples in sp_gsub;string.gsub")
+    assert.is_true(bounds.at_least("samples in sp_gsub;string.gsub", n, #p.samples, 0.1))
   end)
 
   it("string.format and upper: the time under their caller", function()
@@ -320,7 +320,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     local n = stacks_with(p, "sp_index_caller;sp_idx$")
     jit.on(sp_index_caller)
     jit.on(sp_idx)
-    assert.is_true(n >= 0.1 * #p.samples, n .. " of " .. #p.samples .. " samples in sp_index_caller;sp_idx")
+    assert.is_true(bounds.at_least("samples in sp_index_caller;sp_idx", n, #p.samples, 0.1))
   end)
 
   it("a coroutine's frames come under run_co, the code that resumed it", function()
@@ -329,7 +329,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     local p = check_shares({ { "run_co", run_co, co }, { "sp_lua", sp_lua, 200000 } }, 0.6)
     local n = stacks_with(p, "run_co;coroutine%.resume;sp_co_body")
     local in_co = stacks_with(p, "sp_co_body")
-    assert.is_true(in_co > 0.2 * #p.samples, in_co .. " of " .. #p.samples .. " samples in the coroutine")
+    assert.is_true(bounds.at_least("samples in the coroutine", in_co, #p.samples, 0.2))
     assert.equal(in_co, n)
     -- and a coroutine.wrap function
     local q = assert(pe.profile.start({ freq = 999 }))
@@ -467,7 +467,8 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     for _, p in ipairs({ a, b }) do
       assert.equal("safepoint", p.walk)
       local n = stacks_with(p, "sp_sort;table%.sort")
-      assert.is_true(n >= 0.5 * #p.samples and #p.samples >= 60, n .. " of " .. #p.samples)
+      local ok, why = bounds.at_least("samples in sp_sort;table.sort", n, #p.samples, 0.5)
+      assert.is_true(ok and #p.samples >= 60, why)
     end
   end)
 
@@ -491,8 +492,8 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     U.check_rate_cap(function(o) return assert(pe.profile.start(o)) end, function() return sp_lua(3e6) end,
       function(p)
         assert.equal("safepoint", p.walk)
-        assert.is_true(p.nsamples > 0 and p.nsafe >= 0.9 * p.nsamples,
-          ("%d samples, %d with a captured stack"):format(p.nsamples, p.nsafe))
+        local ok, why = bounds.at_least("samples with a captured stack", p.nsafe, p.nsamples, 0.9)
+        assert.is_true(p.nsamples > 0 and ok, why)
       end)
   end)
 
@@ -548,7 +549,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     profile.stop()
     p:stop()
     assert.is_true(samples >= 20, samples .. " samples in " .. dt .. " s")
-    assert.is_true(calls >= 0.5 * samples, calls .. " callbacks for " .. samples .. " samples")
+    assert.is_true(bounds.at_least("jit.profile callbacks for its samples", calls, samples, 0.5))
   end)
 
   it("clears LuaJIT's hook flag left set without its dispatch (a vmevent's restore): a compiled loop run then is named",
@@ -592,10 +593,12 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     p:stop()
     local n, inloop = #p.samples - first, 0
     for i = first + 1, #p.samples do if has(p.samples[i], "sp_lua") then inloop = inloop + 1 end end
-    local got = n > 0 and 100 * inloop / n or 0
-    assert.is_true(got >= 90 and n >= 0.5 * 999 * spent,
-      sformat("%.1f%% of %d samples in sp_lua (%.3f s of os.clock); most frequent: %s", got, n, spent,
-              top_stacks(p, 3)))
+    -- at least 90 % in sp_lua, half of 999 Hz over its os.clock time, each
+    -- up to its bound (binomial, Poisson)
+    local ok1, why1 = bounds.at_least("samples in sp_lua", inloop, n, 0.9)
+    local ok2, why2 = bounds.count_at_least("samples", n, 999 * spent, 0.5)
+    assert.is_true(ok1 and ok2, sformat("%s; %s (%.3f s of os.clock); most frequent: %s", why1, why2, spent,
+                                        top_stacks(p, 3)))
     st = LP.ljhook_stats()
     assert.is_true(st.repaired > before, "the flag was not cleared")
     assert.is_false(st.stuck)
@@ -666,14 +669,16 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     -- wait for a capture after it (this test's own instructions)
     local share, n, _, stuck, repaired = torn_run(p, 16, false)
     assert.is_true(stuck, "the torn table did not stay while the repairs were off")
-    assert.is_true(share < 10, sformat("%.1f%% of %d samples in sp_lua with the repairs off", share, n))
+    local ok, why = bounds.at_most("samples in sp_lua with the repairs off", math.floor(share * n / 100 + 0.5), n, 0.1)
+    assert.is_true(ok, why)
     assert.equal(0, repaired)   -- (repairs counted while they were off)
     local spent
     share, n, spent, stuck, repaired = torn_run(p, 16, true)
     assert.is_false(stuck, "the torn table was still there after the loop")
-    assert.is_true(share >= 90 and n >= 0.5 * 999 * spent,
-      sformat("%.1f%% of %d samples in sp_lua (%.3f s of os.clock); most frequent: %s", share, n, spent,
-              top_stacks(p, 3)))
+    local ok1, why1 = bounds.at_least("samples in sp_lua", math.floor(share * n / 100 + 0.5), n, 0.9)
+    local ok2, why2 = bounds.count_at_least("samples", n, 999 * spent, 0.5)
+    assert.is_true(ok1 and ok2, sformat("%s; %s (%.3f s of os.clock); most frequent: %s", why1, why2, spent,
+                                        top_stacks(p, 3)))
     assert.is_true(repaired > 0, "no repair counted")
   end)
 
