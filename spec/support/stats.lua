@@ -11,14 +11,13 @@
 -- there for comparison and refuses n*p or n*(1-p) under 10.
 --
 -- S.measure(fn, opts) runs a measured window and takes it again when more
--- than 2 % of it went to the hypervisor (/proc/stat's steal, the CPU that
--- lost most:
--- cpu-clock counts stolen time, os.clock does not, so steal moves a share
--- point for point) or more than 5 % to waiting on a runqueue (this thread's
--- run delay, /proc/thread-self/schedstat; a window judged on CPU time alone
--- -- cpu-clock samples against os.clock -- passes delay = false: neither
--- clock runs while the thread waits): a spoiled window is named and
--- retaken, never judged with a wider tolerance.
+-- than 2 % of it went to the hypervisor (/proc/stat's steal, on the CPU
+-- that lost most: cpu-clock counts stolen time, os.clock does not, so steal
+-- moves a share point for point) or more than 5 % to waiting on a runqueue
+-- (this thread's run delay, /proc/thread-self/schedstat; a window judged on
+-- CPU time alone -- cpu-clock samples against os.clock -- passes delay =
+-- false: neither clock runs while the thread waits): a spoiled window is
+-- named and retaken, never judged with a wider tolerance.
 local S = {}
 
 S.ODDS = 1e-6
