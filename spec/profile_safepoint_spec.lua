@@ -840,19 +840,24 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
                                                              e.sig_dropped)
       -- (while one profile's handler runs, the other's sample is taken in
       -- it: its signal comes after, at the code's ip)
-      assert.is_true(e.sig_matched >= 0.9 * e.nsigs, why)
+      local ok, w = bounds.at_least("signals at their sample's ip", e.sig_matched, e.nsigs, 0.9)
+      assert.is_true(ok, w .. "; " .. why)
       local nosig = stacks_with(e, "^%[no signal%]$")
       if e == p and slow > 0 then
         -- (a preempted handler may block for several samples; a third lost
         -- was the bug this guards against)
-        assert.is_true(nosig <= 10 * slow and nosig < 0.05 * e.nsamples, why)
+        ok, w = bounds.at_most("[no signal] samples", nosig, e.nsamples, 0.05)
+        assert.is_true(nosig <= 10 * slow and ok, w .. "; " .. why)
       else
         assert.equal(0, nosig, why)
       end
-      assert.is_true(e.nsamples > 150 and e.nsafe >= 0.5 * e.nsamples, why)
+      ok, w = bounds.at_least("samples with a stack", e.nsafe, e.nsamples, 0.5)
+      assert.is_true(e.nsamples > 150 and ok, w .. "; " .. why)
       -- (a sample taken in the other profile's capture: sp_lua, then the
       -- capture's own C function as the leaf)
-      assert.is_true(stacks_with(e, "sp_lua$") + stacks_with(e, "sp_lua;[^;]+$") >= 0.95 * e.nsafe, why)
+      ok, w = bounds.at_least("stacks ending in sp_lua or one frame under it",
+                              stacks_with(e, "sp_lua$") + stacks_with(e, "sp_lua;[^;]+$"), e.nsafe, 0.95)
+      assert.is_true(ok, w .. "; " .. why)
     end
   end)
 
