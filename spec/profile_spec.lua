@@ -3,6 +3,7 @@
 -- functions planted here and in spec/support/profile_work.lua.
 local pe = require("perf_event")
 local U = require("support.util")
+local stats = require("support.stats")
 
 local jit = rawget(_G, "jit")
 local srep = string.rep   -- an upvalue: busted's global environment would keep the loop from compiling
@@ -117,7 +118,8 @@ describe("pe.profile", function()
           interp = interp + e.count
         end
       end
-      assert.is_true(interp >= 0.9 * p.nsamples, interp .. " of " .. p.nsamples .. " in " .. exe)
+      local ok, why = stats.at_least("samples in " .. exe, interp, p.nsamples, 0.9)
+      assert.is_true(ok, why)
     end)
     return
   end
@@ -258,11 +260,13 @@ describe("pe.profile", function()
     end
     -- string.rep's fill runs in libc; its caller comes from a return
     -- address into planted_rep's trace within 256 bytes of the sampled sp
-    assert.is_true(libc >= 0.5 * p.nsamples, libc .. " of " .. p.nsamples)
-    assert.is_true(under >= 10 and under >= 0.8 * (under + wrong), under .. " right, " .. wrong .. " wrong")
+    assert.is_true(stats.at_least("samples in libc", libc, p.nsamples, 0.5))
+    assert.is_true(under >= 10, under .. " right, " .. wrong .. " wrong")
+    assert.is_true(stats.at_least("libc leaves under planted_rep (of those with a Lua caller)", under,
+                                  under + wrong, 0.8))
     if os.getenv("PE_SUITE") ~= "asan" then
       -- without ASan's interceptor frames the caller is found for nearly all
-      assert.is_true(under >= 0.8 * libc, under .. " of " .. libc)
+      assert.is_true(stats.at_least("libc leaves under planted_rep", under, libc, 0.8))
       -- the leaf: libc's fill, named from libc6-dbg's debug file when it is
       -- installed (__memset_*), else the stripped library's [libc.so.6]
       local folded = p:folded()
@@ -286,14 +290,17 @@ describe("pe.profile", function()
     local t0 = os.clock()
     while os.clock() - t0 < 0.3 do planted_before(1e5) f2(1e5) end
     p:stop()
-    local share = {}
-    for _, e in ipairs(p:top()) do share[e.name] = e.share end
+    local count = {}
+    for _, e in ipairs(p:top()) do count[e.name] = e.count end
     local line = debug.getinfo(planted_before, "S").linedefined
-    local b = share["planted_before@spec/profile_spec.lua:" .. line] or 0
-    local a = share["anon@after:1"] or 0
+    local b = count["planted_before@spec/profile_spec.lua:" .. line] or 0
+    local a = count["anon@after:1"] or 0
     -- the rest is the loop's own line and, under ASan, its interceptors
-    local both = os.getenv("PE_SUITE") == "asan" and 75 or 85
-    assert.is_true(b >= 20 and a >= 20 and a + b >= both, string.format("before %.1f after %.1f", b, a))
+    local both = os.getenv("PE_SUITE") == "asan" and 0.75 or 0.85
+    local ok1, why1 = stats.at_least("planted_before", b, p.nsamples, 0.2)
+    local ok2, why2 = stats.at_least("anon@after:1", a, p.nsamples, 0.2)
+    local ok3, why3 = stats.at_least("the two", a + b, p.nsamples, both)
+    assert.is_true(ok1 and ok2 and ok3, why1 .. "; " .. why2 .. "; " .. why3)
   end)
 
   for _, mode in ipairs({ "interp", "jit" }) do
@@ -383,7 +390,8 @@ describe("pe.profile", function()
       end
     end
     assert.is_true(leafs >= 100, "deep_leaf samples " .. leafs)
-    assert.is_true(full >= 0.8 * leafs, full .. " of " .. leafs .. " with >= 15 deep_rec frames\n" .. p:folded())
+    local ok, why = stats.at_least("deep_leaf samples with >= 15 deep_rec frames", full, leafs, 0.8)
+    assert.is_true(ok, why .. "\n" .. p:folded())
   end)
 
   it("a fast function called by interpreted code counts for its Lua caller (math.sqrt)", function()
@@ -414,11 +422,11 @@ describe("pe.profile", function()
         if frames[n - 1].line == line then at_call = at_call + 1 end
       end
     end
-    assert.is_true(under >= 0.05 * p.nsamples, under .. " of " .. p.nsamples)
-    assert.is_true(at_call >= 0.95 * under, at_call .. " of " .. under .. " at the call line")
+    assert.is_true(stats.at_least("samples in the builtin under ff_caller", under, p.nsamples, 0.05))
+    assert.is_true(stats.at_least("of those, at the call line", at_call, under, 0.95))
     local top = p:top(1)[1]
     assert.matches("^ff_caller@", top.name)
-    assert.is_true(top.share >= 85, top.share)
+    assert.is_true(stats.at_least(top.name, top.count, p.nsamples, 0.85))
   end)
 
   -- C functions called from Lua: each workload's loop is one line, so the
@@ -484,8 +492,10 @@ describe("pe.profile", function()
         report[#report + 1] = string.format("%s %d/%d of %d", name, under, cleaf, p.nsamples)
         -- the C part is a real share of the time, and (nearly) all of it
         -- is under the workload at its call line
-        assert.is_true(cleaf >= 0.2 * p.nsamples, table.concat(report, ", ") .. "\n" .. p:folded())
-        assert.is_true(under >= cw_min[mode] * cleaf, table.concat(report, ", ") .. "\n" .. p:folded())
+        local ok, why = stats.at_least(name .. ": samples with a C leaf", cleaf, p.nsamples, 0.2)
+        assert.is_true(ok, why .. "; " .. table.concat(report, ", ") .. "\n" .. p:folded())
+        ok, why = stats.at_least(name .. ": C leaves under the workload", under, cleaf, cw_min[mode])
+        assert.is_true(ok, why .. "; " .. table.concat(report, ", ") .. "\n" .. p:folded())
         assert.equal(0, wrong)
       end
       if os.getenv("PE_PROF_REPORT") then io.stderr:write(mode, ": ", table.concat(report, ", "), "\n") end
@@ -522,9 +532,9 @@ describe("pe.profile", function()
       -- builtin samples in LuaJIT's own (stripped) code are named, not
       -- [luajit]; a few remain in the call/return sequence, where rdx is
       -- not yet (or no longer) the builtin's BASE
-      assert.is_true(named >= 0.05 * p.nsamples and unnamed <= 0.25 * named,
-                     string.format("%s: %d named, %d [luajit] of %d\n%s", bname, named, unnamed, p.nsamples,
-                                   p:folded()))
+      local ok1, why1 = stats.at_least(bname .. " named", named, p.nsamples, 0.05)
+      local ok2, why2 = stats.at_most(bname .. " as [luajit], of those named or not", unnamed, named + unnamed, 0.2)
+      assert.is_true(ok1 and ok2, why1 .. "; " .. why2 .. "\n" .. p:folded())
     end
   end)
 
@@ -774,8 +784,9 @@ describe("pe.profile", function()
         crossed = crossed + 1
       end
     end
-    assert.is_true(co_ok >= 0.2 * p.nsamples and main_ok >= 0.2 * p.nsamples,
-                   string.format("coroutine %d main %d of %d\n%s", co_ok, main_ok, p.nsamples, p:folded()))
+    local ok1, why1 = stats.at_least("in the coroutine", co_ok, p.nsamples, 0.2)
+    local ok2, why2 = stats.at_least("in the main thread", main_ok, p.nsamples, 0.2)
+    assert.is_true(ok1 and ok2, why1 .. "; " .. why2 .. "\n" .. p:folded())
     assert.equal(0, crossed)
   end)
 
@@ -827,7 +838,7 @@ describe("pe.profile", function()
     os.remove(out)
     os.remove(script)
     assert.is_true(total >= 50, "samples " .. total)
-    assert.is_true(hot >= 0.8 * total, hot .. " of " .. total)
+    assert.is_true(stats.at_least("samples in whole_run's loop", hot, total, 0.8))
   end)
 
   it("one armed profile per process: a second gets leaf frames and says why; a dropped one frees the slot", function()

@@ -4,6 +4,7 @@
 -- build without libdw; -F above perf_event_max_sample_rate.
 local core = require("perf_event.core")
 local U = require("support.util")
+local stats = require("support.stats")
 
 local interp = jit and "luajit" or _VERSION:gsub("Lua ", "lua")
 local build = os.getenv("PE_BUILD") or (jit and "build" or "build/" .. _VERSION:gsub("Lua ", "lua"))
@@ -133,7 +134,8 @@ describe("luaperf record --call-graph dwarf", function()
     end
     assert.truthy(n_ours >= 20, out)
     -- the stack perf finds for most samples is ours for most samples too
-    assert.truthy(full >= 0.9 * n_ours, ("%d of %d samples unwound to %s"):format(full, n_ours, perf_top))
+    local ok, why = stats.at_least("samples unwound to " .. perf_top, full, n_ours, 0.9)
+    assert.truthy(ok, why)
 
     -- frame pointers alone do not get there: the comparison above tests the unwinder
     out, rc = run(("%s bin/luaperf record -g -e cpu-clock:u -c %d -o %s/fp.folded -- %s 100000000")

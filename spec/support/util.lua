@@ -207,7 +207,7 @@ function U.sample_period(hz)
   return math.ceil(1e9 / math.min(hz, max / 4))
 end
 
--- The VM's steal time and the share judges. cpu-clock, which the
+-- The VM's steal time (the share checks: spec/support/stats.lua). cpu-clock, which the
 -- profiler samples, and task-clock count the time the hypervisor took
 -- from the vCPU while this thread ran; os.clock does not (the kernel's
 -- PARAVIRT_TIME_ACCOUNTING leaves it out of CPU time). Here steal comes in
@@ -246,25 +246,6 @@ function U.steal_ms()
   f:close()
   local st = l:match("^cpu%s+%d+%s+%d+%s+%d+%s+%d+%s+%d+%s+%d+%s+%d+%s+(%d+)")
   return st and tonumber(st) * 10 or 0
-end
-
---- a judge of shares against os.clock, run again while it fails in a
--- window with more than STEAL_MAX stolen: attempt() -> ok, message, steal
--- (a share of the window, or nil). Returns true; or false and the message
--- of a failure in a window with little steal (for assert.is_true); when
--- every one of `tries` windows (3) was stolen from, the test is pending
-function U.judge_shares(attempt, tries)
-  local stolen = {}
-  for _ = 1, tries or 3 do
-    local ok, msg, steal = attempt()
-    if ok then return true end
-    if not steal or steal <= U.STEAL_MAX then return false, msg end
-    stolen[#stolen + 1] = ("%.1f%%"):format(100 * steal)
-    if os.getenv("PE_STEAL_REPORT") then io.stderr:write("steal ", stolen[#stolen], ": ", msg, "\n") end
-  end
-  U.pending(("the VM stole %s of the CPU time of each of %d windows (more than %d%%): cpu-clock "
-    .. "samples count stolen time, os.clock does not"):format(table.concat(stolen, ", "), #stolen,
-    100 * U.STEAL_MAX))
 end
 
 --- the "sample" records of an array: throttle/unthrottle records come
