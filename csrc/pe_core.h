@@ -15,12 +15,10 @@
  *   luasafe.c              the safe-point stacks (pe.profile on LuaJIT): skims
  *                          the sample ring through ring.c
  *   ring.c                 ring drain, records, AUX (methods added by event.c)
- *   group.c userpage.c luaprof.c  groups; the user-page (rdpmc) read,
- *                          time_conv; the LuaJIT signal-time stack walk
- *                          (pe.profile, walk="signal")
+ *   group.c userpage.c     groups; the user-page (rdpmc) read, time_conv
  *   luahook.c              the PUC Lua count hook's stacks (pe.profile)
  *   ljhook.c               LuaJIT's profiler hook flag and dispatch table:
- *                          found, checked, repaired (the two samplers above)
+ *                          found, checked, repaired (by luasafe.c's handler)
  *   sigroute.c             an event's overflow signal to this thread, and
  *                          reads of this process's memory (the
  *                          samplers above)
@@ -314,7 +312,6 @@ void pe_open_spawn(lua_State *L);
  * idx holds none; raises for a child not started) */
 int pe_signal_fd(void);
 int pe_child_pid(lua_State *L, int idx);
-void pe_open_luaprof(lua_State *L);         /* luaprof.c */
 void pe_open_luasafe(lua_State *L);         /* luasafe.c */
 void pe_open_luahook(lua_State *L);         /* luahook.c */
 /* ljhook.c: LuaJIT's profiler hook flag and dispatch table (LuaJIT on

@@ -26,8 +26,10 @@ local jit = rawget(_G, "jit")
 local now = require("perf_event.profile.raw").now
 local last_at = require("perf_event.symbols")._last_at
 
+-- the C core's private functions (luasafe_*): perf_event.core itself, so
+-- that this file needs nothing of perf_event's init.lua
 local function core_private()
-  return require("perf_event").core._private
+  return require("perf_event.core")._private
 end
 
 -- ---------------------------------------------------------------- self-test
