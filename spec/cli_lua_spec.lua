@@ -178,9 +178,11 @@ describe("luaperf record --lua -- CMD", function()
         local out = tmp()
         local steal0 = U.steal_ms()
         local secs = 2   -- the child's CPU seconds
-        local text, rc = run("record --lua -F 999 -o " .. out .. " -- luajit -jp=Fi1m0 " .. script .. " "
-                             .. mode .. " " .. secs)
-        local steal = (U.steal_ms() - steal0) / (1000 * secs)
+        local text, rc = run("record --lua -F 999 -o " .. out .. " -- luajit " .. script .. " " .. mode .. " " .. secs)
+        -- -jp in a run of its own: with it in the command the profile has
+        -- C leaf frames only (one LuaJIT profiler per process: -jp's)
+        local jp_text = U.sh("luajit -jp=Fi1m0 " .. script .. " " .. mode .. " " .. secs .. " 2>&1")
+        local steal = (U.steal_ms() - steal0) / (2000 * secs)
         local stacks = folded(out)
         os.remove(out)
         assert.equal(0, rc, text)
@@ -190,7 +192,7 @@ describe("luaperf record --lua -- CMD", function()
         local written = tonumber(text:match("%[ luaperf record: (%d+) samples, %d+ stacks written to "))
         assert.equal(total, written, text)
         -- every stack starts with the comm; gamma's samples have the main
-        -- chunk above them (the signal-time walk; it misses a few)
+        -- chunk above them (the stack walk; it misses a few)
         local g, gcalled = 0, 0
         for stack, c in pairs(stacks) do
           assert.truthy(stack:find("^luajit;"), stack)
@@ -200,14 +202,34 @@ describe("luaperf record --lua -- CMD", function()
           end
         end
         assert.is_true(gcalled >= 0.8 * g, gcalled .. " of " .. g .. " gamma samples under main\n" .. text)
-        local jp, js = jp_shares(text)
-        assert.is_true(js > 0, text)
+        local jp, js = jp_shares(jp_text)
+        assert.is_true(js > 0, jp_text)
         local good, why = close_to(jp, ours, mode)
         return good, why, steal
       end)
       assert.is_true(ok, msg)
     end)
   end
+
+  it("with -jp in the command: C leaf frames only, and -jp keeps LuaJIT's profiler", function()
+    U.need(have_luajit, "luajit is not on PATH")
+    local out = tmp()
+    local text, rc = run("record --lua -F 999 -o " .. out .. " -- luajit -jp=Fi1m0 " .. script .. " jit 1")
+    local stacks = folded(out)
+    os.remove(out)
+    assert.equal(0, rc, text)
+    -- each stack: the comm, then the sample's C leaf (the trace's machine
+    -- code is anonymous memory), no Lua frame
+    local total = 0
+    for stack, n in pairs(stacks) do
+      assert.truthy(stack:match("^luajit;[^;@]+$"), stack)
+      total = total + n
+    end
+    assert.is_true(total >= 200, total .. " samples\n" .. text)
+    -- -jp's own report names the three hot functions
+    local jp, js = jp_shares(text)
+    assert.is_true(js >= 80 and jp.alpha > 0 and jp.beta > 0 and jp.gamma > 0, text)
+  end)
 
   it("keeps the child's LUA_INIT and exit status, and os.exit writes the profile", function()
     U.need(have_luajit, "luajit is not on PATH")

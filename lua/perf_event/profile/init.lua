@@ -320,12 +320,14 @@ function Profile:stop()
   if self.t_start then self.duration_nanos = now() - self.t_start end
   local open = pcall(self.ev.fd, self.ev)   -- closed behind our back?
   if open then self.ev:disable() end
+  -- (the callbacks first: the last safe-point profile's disarm stops
+  -- LuaJIT's profiler, which flushes the traces the registry holds)
+  perfmap_stop(self)
   if self.safe then safepoint.disarm(self, open) end
   if self.hook then
     LP.luahook_stop()
     if not open then LP.luahook_read() end   -- no drain below: frees the captures
   end
-  perfmap_stop(self)
   if open then
     self:drain()
     self.ev:close()
