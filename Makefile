@@ -42,9 +42,14 @@ NAMES := $(basename $(notdir $(SRCS)))
 # headers luarocks was configured for (one D per Lua version).
 ROCK_DIR ?= build/rock
 ROCK_INC ?= $(LUAJIT_INC)
+# A rock built against Lua 5.1's headers is LuaJIT's too (OpenResty loads
+# it): where LuaJIT's headers are installed they come after luarocks' own,
+# so that it has the safe point, and csrc/pe_rock_lj.h makes LuaJIT's entry
+# points weak references, so that PUC Lua 5.1 still loads it.
+ROCK_LJ := $(if $(and $(findstring 5.1,$(ROCK_INC)),$(wildcard $(patsubst -I%,%,$(firstword $(LUAJIT_INC)))/luajit.h)),$(LUAJIT_INC) -include csrc/pe_rock_lj.h)
 objdir_of = $(if $(filter rock,$(1)),$(ROCK_DIR)/obj,build/obj/$(1))
 objs_of = $(addprefix $(call objdir_of,$(1))/,$(addsuffix .o,$(NAMES)))
-inc_of = $(if $(filter rock,$(1)),$(ROCK_INC),$(if $(filter luajit asan,$(1)),$(LUAJIT_INC),$(shell pkg-config --cflags $(1) 2>/dev/null || echo -I/usr/include/$(1))))
+inc_of = $(if $(filter rock,$(1)),$(ROCK_INC) $(ROCK_LJ),$(if $(filter luajit asan,$(1)),$(LUAJIT_INC),$(shell pkg-config --cflags $(1) 2>/dev/null || echo -I/usr/include/$(1))))
 cflags_of = $(if $(filter asan,$(1)),-O1 -g $(ASAN_FLAGS),$(OPT) $(CFLAGS))
 
 ifeq ($(LUA),luajit)
