@@ -117,8 +117,10 @@ local function st_co(wrap)
   local body = function() co_g, co_flags = here() co_w = levels(1) coroutine.yield() end
   local outer   -- the resumer's frames, at the line that resumes
   if wrap then local f = coroutine.wrap(body) outer = levels(1) f() else
-    local co = coroutine.create(body) outer = levels(1)
-    local ok, err = coroutine.resume(co)
+    local co = coroutine.create(body)
+    local ok, err
+    -- (the resumer's frames taken at the line that resumes, the same line)
+    outer = levels(1) ok, err = coroutine.resume(co)
     if not ok then error(err, 0) end
   end
   -- the coroutine's frames, then coroutine.resume or the wrap function,
