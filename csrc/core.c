@@ -96,7 +96,6 @@ PE_EXPORT int luaopen_perf_event_core(lua_State *L)
   pe_open_perfdata(L);
   pe_open_unwind(L);
   pe_open_abi(L);
-  pe_open_luaprof(L);
   pe_open_luasafe(L);
   pe_open_luahook(L);
   pe_open_ljhook(L);

@@ -21,12 +21,10 @@
  *   lj/signal.c lj/intern.c  the handler and its records' rings; interned
  *                          stacks and chunk names
  *   ring.c                 ring drain, records, AUX (methods added by event.c)
- *   group.c userpage.c luaprof.c  groups; the user-page (rdpmc) read,
- *                          time_conv; the LuaJIT signal-time stack walk
- *                          (pe.profile, walk="signal")
+ *   group.c userpage.c     groups; the user-page (rdpmc) read, time_conv
  *   luahook.c              the PUC Lua count hook's stacks (pe.profile)
  *   lj/hook.c              LuaJIT's profiler hook flag and dispatch table:
- *                          found, checked, repaired (the two samplers above)
+ *                          found, checked, repaired (by the safe point's handler)
  *   lj/layout.c            LuaJIT 2.1's layout (lj/layout.h): frames, G,
  *                          traces, lines, read through a peek function
  *   sigroute.c             an event's overflow signal to this thread, and
@@ -324,7 +322,6 @@ void pe_open_spawn(lua_State *L);
  * idx holds none; raises for a child not started) */
 int pe_signal_fd(void);
 int pe_child_pid(lua_State *L, int idx);
-void pe_open_luaprof(lua_State *L);         /* luaprof.c */
 void pe_open_luasafe(lua_State *L);         /* lj/safepoint.c */
 void pe_open_luahook(lua_State *L);         /* luahook.c */
 /* lj/hook.c: LuaJIT's profiler hook flag and dispatch table (LuaJIT on

@@ -1,8 +1,8 @@
 /*
  * sigroute.c - an event's overflow signal, sent to the calling thread.
  *
- * Owns the arming that the three Lua-level samplers share (luahook.c, the
- * PUC hook; luaprof.c, the signal-time walk; lj/signal.c and lj/arm.c, the safe point):
+ * Owns the arming that the two Lua-level samplers share (luahook.c, the
+ * PUC hook; lj/signal.c and lj/arm.c, LuaJIT's safe point):
  * the handler of their real-time signal, SIGIO taken when the process left
  * it at its default action (the kernel sends a plain SIGIO when it cannot
  * queue the real-time one, and SIGIO's default ends the process), the

@@ -1,8 +1,9 @@
 -- pe.profile's safe-point stacks on LuaJIT (csrc/lj/*.c,
 -- lua/perf_event/profile/safepoint.lua): the capture's walk against
--- debug.getinfo (its self-test), the stacks of the classes the signal-time
--- walk lost (C functions calling Lua, pcall/error, metamethods, coroutines,
--- deep recursion), line shares against jit.profile, and inclusive shares
+-- debug.getinfo (its self-test), the stacks of C functions calling Lua,
+-- pcall/error, metamethods, coroutines and deep recursion, line shares
+-- against jit.profile, the C leaf frames where the safe point cannot run,
+-- and inclusive shares
 -- against os.clock measured around each function here.
 local pe = require("perf_event")
 local U = require("support.util")
@@ -472,19 +473,52 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     end
   end)
 
-  it("leaves jit.profile alone when it runs: the signal-time walk, saying why", function()
+  it("leaves jit.profile alone when it runs: C leaf frames only, saying why", function()
     local profile = require("jit.profile")
     local got = 0
     profile.start("f", function(_, samples) got = got + samples end)
     local p, err = pe.profile.start({ freq = 999 })
     local t0 = clock()
-    while clock() - t0 < 0.1 do sp_lua(100000) end
+    while clock() - t0 < 0.2 do sp_lua(100000) end
     if p then p:stop() end
     profile.stop()
     assert.is_table(p, tostring(err))
-    assert.equal("signal", p.walk)
-    assert.matches("LuaJIT's profiler is in use", p.stacks_reason, 1, true)
+    assert.equal("c", p.mode)
+    assert.is_nil(p.walk)
+    assert.is_false(p.stacks)
+    assert.is_nil(p.safe)
+    assert.equal("the safe point cannot run: LuaJIT's profiler is in use (ITIMER_PROF armed: jit.profile or -jp)",
+                 p.stacks_reason)
+    assert.equal(p.stacks_reason, p.reason)
+    -- 0.2 s of CPU at 999 Hz: each sample its C leaf alone, the sampled ip
+    -- named (the trace's machine code is anonymous memory, [anon])
+    assert.is_true(p.nsamples >= 100, p.nsamples .. " samples")
+    assert.equal(p.nsamples, #p.samples)
+    for _, frames in ipairs(p.samples) do
+      assert.equal(1, #frames)
+      assert.is_string(frames[1].c)
+      assert.is_number(frames[1].addr)
+    end
+    assert.same({ trace = 0, interp = 0, caller = 0, c = p.nsamples }, p:kinds())
     assert.is_true(got > 0, "jit.profile kept its samples")
+    -- and once jit.profile has stopped, the next start gets the safe point
+    local q = assert(pe.profile.start({ freq = 999 }))
+    q:stop()
+    assert.equal("safepoint", q.walk)
+    assert.is_nil(q.stacks_reason)
+  end)
+
+  it("stacks=false: C leaf frames only, saying why, with no signal per sample", function()
+    local p = assert(pe.profile.start({ freq = 999, stacks = false }))
+    local t0 = clock()
+    while clock() - t0 < 0.2 do sp_lua(100000) end
+    p:stop()
+    assert.equal("c", p.mode)
+    assert.is_false(p.stacks)
+    assert.equal("stacks=false", p.stacks_reason)
+    assert.is_nil(p.nsigs)
+    assert.is_true(p.nsamples >= 100, p.nsamples .. " samples")
+    assert.same({ trace = 0, interp = 0, caller = 0, c = p.nsamples }, p:kinds())
   end)
 
   it("any rate finishes: a clock above 10 kHz is sampled at 10 kHz with stacks, and p.rate_note says so", function()
@@ -686,18 +720,21 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
   end)
 
   it("under jit.profile, clears the hook flag a vmevent left set without its dispatch: its samples go on", function()
-    -- the signal-time walk (LuaJIT's profiler is jit.profile's) with a bc
-    -- callback attached, as a profile's registry or -jv attach theirs: a
-    -- SIGPROF sets the flag, the callback's first instruction takes and
-    -- clears it, lj_vmevent_call puts it back with no dispatch update.
-    -- jit.profile then gets no sample until another update, and a trace
-    -- exit skips the GC's atomic step (the -jp run of profile_spec that
-    -- spun 14 minutes in lj_trace_exit). This profile's handler repairs it
+    -- a safe-point profile armed first, then jit.profile (started after a
+    -- jit.profile.stop(), which releases ours: it keeps its mode), with a
+    -- bc callback attached, as -jv attaches its own: a SIGPROF sets the
+    -- flag, the callback's first instruction takes and clears it,
+    -- lj_vmevent_call puts it back with no dispatch update. jit.profile
+    -- then gets no sample until another update, and a trace exit skips the
+    -- GC's atomic step (a -jp run of profile_spec once spun 14 minutes in
+    -- lj_trace_exit). The safe point's handler, which still runs on each
+    -- of its samples, repairs it
     local profile = require("jit.profile")
     local LP = pe.core._private
     local calls = 0
-    profile.start("li1", function() calls = calls + 1 end)
     local p = pe.profile.start({ freq = 999 })
+    profile.stop()
+    profile.start("li1", function() calls = calls + 1 end)
     local on_bc = function() end
     jit.attach(on_bc, "bc")
     finally(function()
@@ -709,7 +746,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
       collectgarbage("restart")
     end)
     assert.is_table(p)
-    assert.equal("signal", p.walk)
+    assert.equal("safepoint", p.walk)
     assert.equal(true, LP.ljhook_stats().found)
     sp_lua(100000)   -- compiled with jit.profile's line checks
     collectgarbage()

@@ -1,5 +1,5 @@
 -- The program's own jit.attach handler (as -jv's) and the library's VM
--- event callbacks (pe.profile's self-test and trace registry, luamap)
+-- event callbacks (pe.profile's self-test, its perfmap=true trace registry, luamap)
 -- share LuaJIT's one handler per event (perf_event.vmevent): the program's
 -- handler gets the events while they run and after they stop.  Before, a
 -- first start's self-test, a profile with a trace registry or luamap each
@@ -40,7 +40,7 @@ local p = assert(pe.profile.start())               -- the first start: the self-
 step("profile " .. p.walk)
 p:stop()
 step("stopped")
-p = assert(pe.profile.start({ walk = "signal" }))  -- a trace registry
+p = assert(pe.profile.start({ perfmap = true }))   -- a trace registry (its map: luamap's path, below)
 step("registry", p.reg)
 p:stop()
 step("stopped")

@@ -5,8 +5,8 @@
 --                         worker's timer keeps calling it) and zeroes the figures
 --   /bench/account        drains once more, then prints, since the arming:
 --     samples drains drain_ns walks walk_ns walk reason maps_reads
--- (walks and walk_ns: the safe-point captures, or the signal-time walks
--- when the profile fell back to them; reason: why it did, or nil).
+-- (walks and walk_ns: the safe-point captures and their time, 0 when the
+-- profile fell back to C leaf frames; reason: why it did, or nil).
 local ngx = ngx  -- luacheck: read globals ngx
 local require, tostring, rawget = require, tostring, rawget
 local clock, format = os.clock, string.format
@@ -15,7 +15,7 @@ local M = {}
 
 local acc   -- the figures since the arming
 
-local function walks(p) return p.captures or p.nsigs or 0, p.capture_total_ns or p.walk_ns or 0 end
+local function walks(p) return p.captures or 0, p.capture_total_ns or 0 end
 
 function M.handler()
   local p = require("perf_event.openresty.sampler").profile()

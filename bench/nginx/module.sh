@@ -22,8 +22,8 @@
 # location, /bench/account (bench/nginx/account.lua, not the doc's), which
 # after the warm-up wraps the always-on profile's drain with os.clock() and
 # at the round's end reports the samples, the drains' CPU time and the stack
-# walks' own time (safe-point captures, or signal-time walks when the
-# profile fell back to them: it says why); against B's CPU time from
+# walks' own time (safe-point captures; none when the profile fell back to
+# C leaf frames: it says why); against B's CPU time from
 # schedstat over the same span that is the sampler's share of the worker's
 # CPU (the kernel's side of a sample, interrupt and signal, is not in it).
 # Each round starts the three servers afresh (so no mode keeps one lucky or

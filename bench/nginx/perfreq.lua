@@ -220,7 +220,7 @@ local function profile_lua(seconds, hz)
   ngx.update_time()
   sleep_until(ngx.now() + seconds, function() p:drain() end)
   p:stop()
-  if p.mode ~= "full" or not p.stacks then
+  if p.mode ~= "safepoint" or not p.stacks then
     ngx.log(ngx.INFO, "perfreq: profile mode ", p.mode, ": ", p.reason or p.stacks_reason or "leaf frames only")
   end
   if p.lost > 0 then ngx.log(ngx.WARN, "perfreq: ", p.lost, " samples lost") end
@@ -421,15 +421,14 @@ function M.stats() return totals, group, always end
 
 --- Content handler (/perf/always?stats=1): what the always-on Lua-level
 -- profile cost: samples, CPU time of the timer's drains (resolution and
--- folding) and of the stack taking in the signal, per sample: with the
--- signal-time walk (walk=signal) the handler's walk; with the safe point
--- (walk=safepoint, LuaJIT's default) the handler's own time plus the
--- capture's (also given apart, handler_us and capture_us); its distinct
+-- folding) and of the stack taking, per sample: the safe point's signal
+-- handler's own time plus the capture's (also given apart, handler_us and
+-- capture_us; 0 when the profile has C leaf frames only); its distinct
 -- stacks; the Lua heap of the worker; the traces compiled and the JIT
 -- flushes since it started, or since the last `&reset=1` (which zeroes
 -- these figures once printed; the stacks stay).
 local function walk_figures(p)
-  return { walk_ns = p.walk_ns or 0, handler_ns = p.handler_total_ns or 0, capture_ns = p.capture_total_ns or 0 }
+  return { handler_ns = p.handler_total_ns or 0, capture_ns = p.capture_total_ns or 0 }
 end
 
 function M.sampler_stats()
@@ -441,7 +440,7 @@ function M.sampler_stats()
   local n = math.max(ns, 1)
   local w, wz = walk_figures(p), z.walk or walk_figures({})
   local h, c = (w.handler_ns - wz.handler_ns) / 1e3 / n, (w.capture_ns - wz.capture_ns) / 1e3 / n
-  local walk = p.walk == "safepoint" and h + c or (w.walk_ns - wz.walk_ns) / 1e3 / n
+  local walk = h + c
   ngx.say(string.format("samples %d lost %d stacks %d drains %d drain_us_per_sample %.2f" ..
                         " walk_us_per_sample %.2f lua_heap_kb %d traces %d jit_flushes %d" ..
                         " walk %s handler_us %.2f capture_us %.2f",
@@ -451,7 +450,7 @@ function M.sampler_stats()
                         tostring(p.walk), h, c))
   if p.safe then ngx.say("distinct samples per drain ", p.safe.nkeys, ", resolved ", p.safe.nresolved,
                          ", /proc/self/maps read ", p.maps_reads or 0, " times") end
-  if p.walk ~= "safepoint" and p.stacks_reason then ngx.say("why not the safe point: ", p.stacks_reason) end
+  if p.walk ~= "safepoint" and p.stacks_reason then ngx.say("C leaf frames only: ", p.stacks_reason) end
   if ngx.var.arg_reset == "1" then
     -- the figures from now on (after a warm-up, whose first drains read
     -- the symbol tables of nginx and its libraries). A file's symbols are

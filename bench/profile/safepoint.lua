@@ -8,8 +8,8 @@
 -- 100 Hz with lines ("li10") and functions ("fi10"); pe.profile at 999 Hz,
 -- 99 Hz and 9999 Hz (safe point, mode "l"; the last one's time over its
 -- samples gives a cost per sample above the noise); at 999 Hz and 99 Hz
--- with lj_mode "f"; the signal walk and no stacks at all at 9999 Hz;
--- at 999 Hz with the signal-time walk. It prints each one's median and
+-- with lj_mode "f"; no stacks at all (C leaf frames only) at 9999 Hz.
+-- It prints each one's median and
 -- minimum CPU time (this thread's) against no profile, the capture's own time
 -- per sample, and pe.profile's start time and Lua heap growth (median
 -- of the rounds). Run from the repository root; doc/profiling.md's figures
@@ -89,11 +89,9 @@ local configs = {
   -- 10x the samples: the cost per sample shows above the noise
   { "pe 9999 Hz", pe_cfg({ freq = 9999, name = "pe 9999 Hz" }) },
   { "pe 9999 Hz F_SETSIG", pe_cfg({ freq = 9999, sigtrap = false, name = "pe 9999 Hz F_SETSIG" }) },
-  { "pe 9999 Hz signal walk", pe_cfg({ freq = 9999, walk = "signal", name = "pe 9999 Hz signal walk" }) },
-  -- no signal at all (leaf frames only): the kernel's sampling alone
+  -- no signal at all (C leaf frames only): the kernel's sampling alone
   { "pe 9999 Hz no stacks", pe_cfg({ freq = 9999, stacks = false, name = "pe 9999 Hz no stacks" }) },
   { "pe 999 Hz mode f", pe_cfg({ freq = 999, lj_mode = "f", name = "pe 999 Hz mode f" }) },
-  { "pe 999 Hz signal walk", pe_cfg({ freq = 999, walk = "signal", name = "pe 999 Hz signal walk" }) },
 }
 
 local times = {}

@@ -4,7 +4,8 @@
 --
 -- Loading the module starts `pe.profile` (options from the environment:
 -- PE_PROFILE_EVENT, PE_PROFILE_FREQ or PE_PROFILE_PERIOD, PE_PROFILE_PAGES,
--- PE_PROFILE_LINES=0 for function-level frames). When the Lua state closes
+-- PE_PROFILE_LINES=0 for function-level frames, PE_PROFILE_STACKS=0 for C
+-- leaf frames only). When the Lua state closes
 -- (the script returned, or `os.exit(code, true)`) or the script calls
 -- `os.exit` (the module wraps it), the profile stops and the folded stacks
 -- go to PE_PROFILE_OUT (default `lua.folded`; a `%p` in it becomes the
@@ -24,16 +25,16 @@ local function env_number(name)
 end
 
 local period = env_number("PE_PROFILE_PERIOD")
--- PE_PROFILE_WALK=signal: the signal-time walk, which leaves LuaJIT's own
+-- PE_PROFILE_STACKS=0: C leaf frames only, which leaves LuaJIT's own
 -- profiler free for a -jp that starts after this module (luaperf record
--- --lua sets it when the command has -jp)
-local walk = os.getenv("PE_PROFILE_WALK")
-if walk ~= "signal" and walk ~= "safepoint" then walk = nil end
+-- --lua sets it when the command has -jp: the safe point uses that profiler)
+local stacks
+if os.getenv("PE_PROFILE_STACKS") == "0" then stacks = false end
 -- a value start refuses (PE_PROFILE_FREQ=0) is said like an event that
 -- cannot be opened: the run goes on unprofiled
 local started, p, err = pcall(profile.start, { event = os.getenv("PE_PROFILE_EVENT") or "cpu-clock",
                                period = period, freq = not period and (env_number("PE_PROFILE_FREQ") or 999) or nil,
-                               pages = env_number("PE_PROFILE_PAGES"), walk = walk })
+                               pages = env_number("PE_PROFILE_PAGES"), stacks = stacks })
 if not started then p, err = nil, p end
 if not p then
   io.stderr:write("perf_event.autoprofile: ", tostring(err), "\n")

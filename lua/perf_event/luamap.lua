@@ -161,8 +161,6 @@ function M.start(opts)
   st.trace_cb = function(what, tr, func, pc)
     forked()
     reg:trace_event(what, tr, func, pc)
-    -- the map keeps the old lines; the registry's closed traces are not needed
-    if reg.dead[1] then reg.dead = {} end
   end
   vmevent.subscribe("trace", st.trace_cb)
   state = st

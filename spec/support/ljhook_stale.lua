@@ -2,8 +2,8 @@
 -- stale (the hook flag clear, a mode without the hook, the first entries
 -- the hook: csrc/lj/hook.c) inside jit.profile's callback, where LuaJIT's
 -- profiler cannot set its flag (HOOK_VMEVENT), as in session 14's -jp
--- spin.  pe.profile runs beside it (the signal-time walk: LuaJIT's
--- profiler is jit.profile's).  Run as: luajit ljhook_stale.lua on|off
+-- spin.  pe.profile runs beside it (armed first: its handler still runs on
+-- each of its samples once jit.profile has LuaJIT's profiler).  Run as: luajit ljhook_stale.lua on|off
 -- (the handlers' repairs); prints "done N R" (the callback's loop result,
 -- the stale tables rewritten) when the program ends.  With the repairs
 -- off the callback never returns: its parent kills it.
@@ -23,14 +23,15 @@ local function work(n)
   return s
 end
 local result, armed
+local p = assert(pe.profile.start({ freq = 999 }))
+assert(p.walk == "safepoint", "not the safe point: " .. tostring(p.walk))
+profile.stop()   -- (releases ours: the jit.profile started next keeps its mode)
 profile.start("li1", function()
   if result or not armed then return end
   result = -1
   assert(T.ljhook_tear(LP.ljhook_stats(), 16, false))
   result = work(1e5)
 end)
-local p = assert(pe.profile.start({ freq = 999 }))
-assert(p.walk == "signal", "not the signal-time walk: " .. tostring(p.walk))
 assert(LP.ljhook_stats().found == true, "the hook flag and table not found")
 LP.ljhook_repairs(arg[1] ~= "off")
 armed = true

@@ -121,9 +121,10 @@ local function record_lua_child(o, freq, period, out, path, as_profile)
   set("PE_PROFILE_EVENT", o.events[1] or "cpu-clock")
   if period then set("PE_PROFILE_PERIOD", tostring(period)) else set("PE_PROFILE_FREQ", tostring(freq)) end
   -- LuaJIT has one profiler per process: a -jp that starts after
-  -- autoprofile would take the safe-point hook over, so the signal walk
+  -- autoprofile would take the safe-point hook over (and start with no
+  -- line checks in its traces), so C leaf frames only
   for _, a in ipairs(o.cmd) do
-    if a:sub(1, 3) == "-jp" then set("PE_PROFILE_WALK", "signal") break end
+    if a:sub(1, 3) == "-jp" then set("PE_PROFILE_STACKS", "0") break end
   end
   for _, a in ipairs(o.cmd) do argv[#argv + 1] = a end
   local child, err = c.spawn(argv)

@@ -87,7 +87,7 @@ function M.begin(hz)
 end
 
 --- The window ends: its stacks as text, a header line first
--- ("#freq=99 samples=N lost=L mode=full duration=3.012"), then one
+-- ("#freq=99 samples=N lost=L mode=safepoint duration=3.012"), then one
 -- folded line per stack ("a;b;c N").
 function M.finish(w)
   local p = w.p

@@ -1,7 +1,7 @@
 --- perf_event.profile.aggregate: a profile's stacks, stored or counted,
 -- and what reads them (not a public interface, but for the methods init.lua
 -- puts in the Profile class): `keep=false`'s per-stack counts (`_count`,
--- its bounded symbol memo, `_prune`), and `reset`, `aggregate`, `folded`,
+-- its bounded symbol memo), and `reset`, `aggregate`, `folded`,
 -- `top`, `kinds`, which the exporters read.
 -- @module perf_event.profile.aggregate
 
@@ -74,18 +74,6 @@ function Profile:_memo_sym()
       return e[1], e[2], e[3], e[4], e[5]
     end,
   }
-end
-
--- a trace closed by a flush before this drain began matches no sample
--- still to come: forget it (the registry would grow with every flush)
-function Profile:_prune(t)
-  local reg = self.reg
-  if not reg or #reg.dead == 0 then return end
-  local keep = {}
-  for _, d in ipairs(reg.dead) do
-    if d.t1 >= t then keep[#keep + 1] = d end
-  end
-  reg.dead = keep
 end
 
 -- calls fn(frames, count) for every stored stack: the samples, or the

@@ -106,7 +106,7 @@ function Profile:_hook_drain(final)
     end
   end
   local caps, strs, dropped, ncalls, vm, ns, added, shed, nsig, nsigio, nforeign =
-    require("perf_event").core._private.luahook_read()
+    require("perf_event.core")._private.luahook_read()
   self.hook_dropped, self.hook_calls, self.hook_ns = tonumber(dropped), tonumber(ncalls), tonumber(ns)
   self.hook_added, self.hook_shed = tonumber(added), tonumber(shed)
   self.hook_signals, self.hook_sigio, self.hook_foreign = tonumber(nsig), tonumber(nsigio), tonumber(nforeign)

@@ -72,7 +72,12 @@ M.OPTIONS = {
   hook_slots = { "number", integer_in(16, 2^20) },
   depth = { "number", integer_in(1, 1024) },
   hook_leaf = { "boolean" },
-  walk = { "string", one_of("safepoint", "signal") },
+  walk = { "string", function(v)
+    if v ~= "safepoint" then
+      return 'must be "safepoint" (the safe point is LuaJIT\'s one stack sampler: the signal-time walk, "signal", '
+             .. "is gone), got " .. tostring(v)
+    end
+  end },
   lj_mode = { "string", one_of("l", "f") },
   sigtrap = { "boolean" },
 }

@@ -1,10 +1,10 @@
 --- perf_event.profile.raw: the machine-level reads the profile is built on
 -- (not a public interface): the samples' clock, an object's address, a
--- word of memory or of a sampled stack, LuaJIT's GCfuncL.pc offset and
--- the x86-64 register bits a sample carries.
+-- word of memory, LuaJIT's GCfuncL.pc offset and the x86-64 register bits
+-- of LuaJIT's VM state (luaperf record --lua asks for them).
 -- @module perf_event.profile.raw
 
-local format, byte = string.format, string.byte
+local format = string.format
 local tonumber, pcall, rawget, require = tonumber, pcall, rawget, require
 
 local jit = rawget(_G, "jit")
@@ -19,9 +19,6 @@ local M = {}
 -- x86-64 perf register bits (asm/perf_regs.h): bx 1, dx 3, bp 6, sp 7, ip 8
 local REG_BX, REG_DX, REG_BP, REG_SP, REG_IP = 1, 3, 6, 7, 8
 M.REGS_MASK = 2^REG_BX + 2^REG_DX + 2^REG_BP + 2^REG_SP + 2^REG_IP
--- the profile's own samples: rbx (the interpreter's PC) is all _leaf reads
--- (each register is one more field to decode per sample)
-M.PROFILE_REGS = 2^REG_BX
 
 M.FN_PC_OFFSET = 32      -- GCfuncL.pc (GC64): GCHeader+ffid+nupvalues, env, gclist, pc
 
@@ -55,12 +52,6 @@ end
 if ffi then
   M.u64p = function(a) return tonumber(ffi.cast("uint64_t *", ffi.cast("uintptr_t", a))[0]) end
   M.u32p = function(a) return bit.tobit(ffi.cast("uint32_t *", ffi.cast("uintptr_t", a))[0]) end
-end
-
--- the little-endian 64-bit word at offset o of string s (a sampled stack)
-function M.le_u64(s, o)
-  local a, b, c, d, e, f, g, h = byte(s, o + 1, o + 8)
-  return a + b * 256 + c * 65536 + d * 16777216 + (e + f * 256 + g * 65536 + h * 16777216) * 4294967296
 end
 
 return M

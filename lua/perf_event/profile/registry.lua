@@ -1,20 +1,18 @@
 --- perf_event.profile.registry: the LuaJIT code a sampled address can lie
 -- in (not a public interface): the bytecode ranges of the known prototypes
--- (`Reg:find_bc`) and the machine code of the traces, live or closed by a
--- flush, with the time each was live (`Reg:find_trace`). perf_event.luamap
--- keeps its runtime perf map with the same registry.
+-- (`protos`) and the machine code of the live traces (`live`), each trace
+-- written to the perf tool's runtime map when `perfmap` is a file.
+-- perf_event.luamap keeps its map with it, and pe.profile's perfmap=true.
 -- @module perf_event.profile.registry
 
 local format = string.format
-local last_at = require("perf_event.symbols")._last_at
-local sort, insert = table.sort, table.insert
 local type, pairs, ipairs, setmetatable, pcall, rawget, require =
   type, pairs, ipairs, setmetatable, pcall, rawget, require
 local debug, package = debug, package
 
 local raw = require("perf_event.profile.raw")
 local naming = require("perf_event.profile.naming")
-local now, addr_of, u64p, FN_PC_OFFSET = raw.now, raw.addr_of, raw.u64p, raw.FN_PC_OFFSET
+local addr_of, u64p, FN_PC_OFFSET = raw.addr_of, raw.u64p, raw.FN_PC_OFFSET
 local proto_info, frame_name = naming.proto_info, naming.frame_name
 
 local jutil
@@ -27,8 +25,7 @@ Reg.__index = Reg
 M.Reg = Reg
 
 function M.new_registry()
-  return setmetatable({ protos = {}, by_lo = {}, sorted = true,
-                        live = {}, pending = {}, dead = {}, tsorted = nil, nflush = 0 }, Reg)
+  return setmetatable({ protos = {}, by_lo = {}, live = {}, pending = {}, nflush = 0 }, Reg)
 end
 
 -- registers the bytecode range [lo, lo + 4*n) of a function or prototype
@@ -39,7 +36,6 @@ function Reg:add_bc(obj, lo)
   local e = { lo = lo, hi = lo + 4 * fi.bytecodes, obj = obj, info = proto_info(fi) }
   self.by_lo[lo] = e
   self.protos[#self.protos + 1] = e
-  self.sorted = false
 end
 
 function Reg:add_proto(pt, off)
@@ -146,24 +142,6 @@ function Reg:seed(off, seen)
   end
 end
 
--- the entry of `list` (sorted by .lo) with the greatest lo <= a, or nil
-function M.last_at_or_below(list, a)
-  local i = last_at(list, "lo", a)
-  return i and list[i]
-end
-local last_at_or_below = M.last_at_or_below
-
-function Reg:find_bc(a)
-  local ps = self.protos
-  if not self.sorted then
-    sort(ps, function(x, y) return x.lo < y.lo end)
-    self.sorted = true
-  end
-  local e = last_at_or_below(ps, a)
-  if e and a < e.hi then return e end
-  return nil
-end
-
 function Reg:trace_event(what, tr, func, pc)
   if what == "start" then
     self.pending[tr] = { func = func, pc = pc }
@@ -175,68 +153,20 @@ function Reg:trace_event(what, tr, func, pc)
       local size = #code
       local fi = jutil.funcinfo(p.func, p.pc)
       local info = proto_info(jutil.funcinfo(p.func))
-      local e = { tr = tr, lo = mc, hi = mc + size, t0 = now(), info = info,
-                  line = fi.currentline or info.linedefined }
+      local e = { tr = tr, lo = mc, hi = mc + size, info = info, line = fi.currentline or info.linedefined }
       if self.perfmap then
         self.perfmap:write(format("%x %x %s [trace %d]\n", mc, size, frame_name(info, e.line), tr))
         self.perfmap:flush()
       end
       self.ntraces = (self.ntraces or 0) + 1
-      if tr > (self.maxtr or 0) then self.maxtr = tr end
-      local old = self.live[tr]
-      if old then old.t1 = e.t0; self.dead[#self.dead + 1] = old end
       self.live[tr] = e
-      -- the span of all trace code ever seen: find_trace rejects any other
-      -- address at once (the stack scan tries 32 words per sample)
-      if not self.lo_min or e.lo < self.lo_min then self.lo_min = e.lo end
-      if not self.hi_max or e.hi > self.hi_max then self.hi_max = e.hi end
-      -- kept sorted as traces come (re-sorting per trace costs ~0.4 ms with
-      -- hundreds of traces, as in an nginx worker)
-      local ts = self.tsorted
-      if ts and not old then
-        local at = #ts + 1
-        for i = #ts, 1, -1 do if ts[i].lo > e.lo then at = i else break end end
-        insert(ts, at, e)
-      else
-        self.tsorted = nil
-      end
     end
   elseif what == "abort" then
     self.pending[tr] = nil
   elseif what == "flush" then
-    local t = now()
-    for _, e in pairs(self.live) do e.t1 = t; self.dead[#self.dead + 1] = e end
-    self.live, self.pending, self.tsorted = {}, {}, nil
+    self.live, self.pending = {}, {}
     self.nflush = self.nflush + 1
   end
-end
-
--- the trace whose machine code holds address a at time t
-function Reg:find_trace(a, t)
-  if not self.hi_max or a < self.lo_min or a >= self.hi_max then return nil end
-  local ts = self.tsorted
-  if not ts then
-    -- by trace number, not pairs(): a drain runs in a __gc too (the
-    -- autoprofile's), where LuaJIT before v2.1-20230911 cannot leave a
-    -- compiled pairs() loop at its end without a side trace, which it
-    -- cannot compile there: it re-enters the loop for ever (LuaJIT #1000)
-    ts = {}
-    local live = self.live
-    for tr = 1, self.maxtr or 0 do
-      local e = live[tr]
-      if e then ts[#ts + 1] = e end
-    end
-    sort(ts, function(x, y) return x.lo < y.lo end)
-    self.tsorted = ts
-  end
-  local e = last_at_or_below(ts, a)
-  if e and a < e.hi and (not t or t >= e.t0) then return e end
-  if t then
-    for _, d in ipairs(self.dead) do
-      if a >= d.lo and a < d.hi and t >= d.t0 and t < d.t1 then return d end
-    end
-  end
-  return nil
 end
 
 return M

@@ -27,8 +27,10 @@ local jit = rawget(_G, "jit")
 local now = require("perf_event.profile.raw").now
 local last_at = require("perf_event.symbols")._last_at
 
+-- the C core's private functions (luasafe_*): perf_event.core itself, so
+-- that this file needs nothing of perf_event's init.lua
 local function core_private()
-  return require("perf_event").core._private
+  return require("perf_event.core")._private
 end
 
 -- ---------------------------------------------------------------- self-test
@@ -116,8 +118,10 @@ local function st_co(wrap)
   local body = function() co_g, co_flags = here() co_w = levels(1) coroutine.yield() end
   local outer   -- the resumer's frames, at the line that resumes
   if wrap then local f = coroutine.wrap(body) outer = levels(1) f() else
-    -- (the resume on the line levels(1) names: the resumer's frame is there)
-    local co = coroutine.create(body) outer = levels(1) local ok, err = coroutine.resume(co)
+    local co = coroutine.create(body)
+    local ok, err
+    -- (the resumer's frames taken at the line that resumes, the same line)
+    outer = levels(1) ok, err = coroutine.resume(co)
     if not ok then error(err, 0) end
   end
   -- the coroutine's frames, then coroutine.resume or the wrap function,
