@@ -11,26 +11,6 @@ local U = require("support.util")
 
 local MAX_LUA_FILE, MAX_C_FILE, MAX_LUA_FUNCTION = 600, 800, 150
 
--- TEMPORARY: files being split on other branches.  Each entry excuses that
--- file (and only it) from the checks named: `size` (its line count), `func`
--- (its functions' lengths), `cycle = "M"` (its require of module M is left
--- out of the graph: the perf_event.profile files that require perf_event,
--- which requires perf_event.profile).  Empty this list once those branches
--- are merged.
-local SPLIT = "being split on another branch"
-local TEMPORARY_ALLOW = {
-  ["lua/perf_event/profile/init.lua"] = { func = true, cycle = "perf_event", reason = SPLIT },
-  ["lua/perf_event/profile/hook.lua"] = { cycle = "perf_event", reason = SPLIT },
-  ["lua/perf_event/profile/resolve.lua"] = { cycle = "perf_event", reason = SPLIT },
-  ["lua/perf_event/profile/safepoint.lua"] = { cycle = "perf_event", reason = SPLIT },
-  ["lua/perf_event/profile/selftest.lua"] = { cycle = "perf_event", reason = SPLIT },
-}
-
-local function allowed(path, what)
-  local a = TEMPORARY_ALLOW[path]
-  return a ~= nil and a[what] == true
-end
-
 local function listing(cmd)
   local t = {}
   for l in U.sh(cmd):gmatch("[^\n]+") do t[#t + 1] = l end
@@ -286,10 +266,7 @@ describe("the Lua require graph", function()
     local g = {}
     for path, f in pairs(files) do
       g[f.name] = g[f.name] or {}
-      local excused = TEMPORARY_ALLOW[path] and TEMPORARY_ALLOW[path].cycle
-      for _, r in ipairs(f.requires) do
-        if r.name ~= excused then g[f.name][r.name] = path .. ":" .. r.line end
-      end
+      for _, r in ipairs(f.requires) do g[f.name][r.name] = path .. ":" .. r.line end
     end
     local c = find_cycle(g)
     if c then
@@ -298,19 +275,6 @@ describe("the Lua require graph", function()
       error("require cycle: " .. table.concat(c, " -> ") .. "\n  " .. table.concat(via, "\n  "))
     end
     for name in pairs(known) do assert.is_table(g[name], name) end
-  end)
-
-  it("every temporary allowance names a file that exists and says why", function()
-    for path, a in pairs(TEMPORARY_ALLOW) do
-      assert.truthy(U.read(path), path)
-      assert.are.equal("being split on another branch", a.reason, path)
-      if a.cycle then
-        -- the excused require is there (drop the entry when it is gone)
-        local names = {}
-        for _, r in ipairs(files[path].requires) do names[r.name] = true end
-        assert.is_true(names[a.cycle], path .. " no longer requires " .. a.cycle)
-      end
-    end
   end)
 end)
 
@@ -321,7 +285,7 @@ describe("sizes", function()
     local bad = {}
     for path, f in pairs(files) do
       local _, n = f.src:gsub("\n", "")
-      if n > MAX_LUA_FILE and not allowed(path, "size") then bad[#bad + 1] = path .. ": " .. n end
+      if n > MAX_LUA_FILE then bad[#bad + 1] = path .. ": " .. n end
     end
     table.sort(bad)
     assert.are.same({}, bad)
@@ -332,7 +296,7 @@ describe("sizes", function()
     for _, path in ipairs(listing("find csrc -name '*.c'")) do
       n = n + 1
       local _, lines = assert(U.read(path)):gsub("\n", "")
-      if lines > MAX_C_FILE and not allowed(path, "size") then bad[#bad + 1] = path .. ": " .. lines end
+      if lines > MAX_C_FILE then bad[#bad + 1] = path .. ": " .. lines end
     end
     assert.is_true(n >= 20, "C files: " .. n)
     assert.are.same({}, bad)
@@ -343,7 +307,7 @@ describe("sizes", function()
     for path, f in pairs(files) do
       for _, r in ipairs(f.functions) do
         local n = r[2] - r[1] + 1
-        if n > MAX_LUA_FUNCTION and not allowed(path, "func") then
+        if n > MAX_LUA_FUNCTION then
           bad[#bad + 1] = ("%s:%d-%d: %d lines"):format(path, r[1], r[2], n)
         end
       end

@@ -3,7 +3,6 @@
 -- (perfmap=true), and functions planted here and in
 -- spec/support/profile_work.lua.
 local pe = require("perf_event")
-local U = require("support.util")
 local stats = require("support.stats")
 
 local jit = rawget(_G, "jit")
@@ -25,12 +24,10 @@ end
 
 -- runs the workload (its own os.clock times around each function);
 -- returns os.clock's shares and ours, each normalised over the workload's
--- three functions, our report's lines and the share of the VM's CPUs stolen
--- meanwhile. (-jp in the same process would own LuaJIT's profiler: the
--- profile would have C leaf frames only.)
+-- three functions, our samples in them and our report's lines. (-jp in the
+-- same process would own LuaJIT's profiler: the profile would have C leaf
+-- frames only.)
 local function run_work(mode)
-  local now = require("perf_event.profile.raw").now
-  local steal0, t0 = U.steal_ms(), now()
   local out = os.tmpname()
   -- 2999 Hz into an 8 MiB ring: no sample is lost before stop() reads them
   local env = "PE_PROF_FREQ=2999 PE_PROF_PAGES=2048 "
@@ -58,20 +55,32 @@ local function run_work(mode)
   end
   local cn = norm(clk)
   local on, total = norm(ours)
-  local steal = (U.steal_ms() - steal0) / (2 * (now() - t0) / 1e6)
-  return cn, on, total, report, steal
+  return cn, on, total, report
 end
 
--- os.clock's and our shares of the three functions within 5 points: ok,
--- or false and what differs (for U.judge_shares)
-local function close(want, ours, report)
+-- each function's share of our `total` samples against its share of
+-- os.clock time, within the exact binomial bound (odds 1e-6) plus 2 points
+-- (systematic: a window's edges, the os.clock calls): ok, or false and what
+-- differs
+local function close(want, ours, total, report)
   for _, k in ipairs({ "alpha", "beta", "gamma" }) do
-    if math.abs(want[k] - ours[k]) > 5 then
-      return false, string.format("%s: os.clock %.1f%% ours %.1f%%\n%s", k, want[k], ours[k],
-                                  table.concat(report, "\n", 1, math.min(#report, 12)))
+    local ok, why = stats.share(k, math.floor(ours[k] * total / 100 + 0.5), total, want[k] / 100, 0.02)
+    if not ok then
+      return false, why .. "\n" .. table.concat(report, "\n", 1, math.min(#report, 12))
     end
   end
   return true
+end
+
+-- the workload in `mode` judged by close(), in a window taken again when
+-- steal spoiled it; returns the report and whether it was close, and why
+local function judged_run(mode)
+  return stats.measure(function()
+    local want, ours, total, rep = run_work(mode)
+    assert.is_true(total >= 500, "samples " .. total)
+    local good, why = close(want, ours, total, rep)
+    return rep, good, why
+  end, { what = "the " .. mode .. " workload", delay = false })
 end
 
 -- the innermost Lua frame of a resolved sample
@@ -156,17 +165,10 @@ describe("pe.profile", function()
     assert.equal(0, st.layout.proto_bc % 8)
   end)
 
-  it("JIT-compiled: per-function shares within 5 points of os.clock's, lines inside the function", function()
+  it("JIT-compiled: per-function shares match os.clock's, lines inside the function", function()
     -- (a burst of steal gives the loop it hits more samples than CPU
-    -- time: a try with more than U.STEAL_MAX stolen is run again)
-    local report
-    local ok, msg = U.judge_shares(function()
-      local want, ours, total, rep, steal = run_work("jit")
-      report = rep
-      assert.is_true(total >= 500, "samples " .. total)
-      local good, why = close(want, ours, rep)
-      return good, why, steal
-    end)
+    -- time: a window with more than stats.MAX_STEAL stolen is taken again)
+    local report, ok, msg = judged_run("jit")
     assert.is_true(ok, msg)
     -- almost every sample's leaf is the workload's Lua frame, at a line of
     -- its function (alpha's i % 7 calls lj_vm_modi: that helper of the
@@ -175,15 +177,8 @@ describe("pe.profile", function()
     assert.is_true(lua >= 0.8 * n, ("Lua leaf %d of %d"):format(lua, n))
   end)
 
-  it("interpreted (jit.off): per-function shares within 5 points of os.clock's, lines inside the function", function()
-    local report
-    local ok, msg = U.judge_shares(function()
-      local want, ours, total, rep, steal = run_work("interp")
-      report = rep
-      assert.is_true(total >= 500, "samples " .. total)
-      local good, why = close(want, ours, rep)
-      return good, why, steal
-    end)
+  it("interpreted (jit.off): per-function shares match os.clock's, lines inside the function", function()
+    local report, ok, msg = judged_run("interp")
     assert.is_true(ok, msg)
     local n, interp = check_lines(report, "interp")
     assert.equal(0, tonumber(report[2]:match("trace=(%d+)")))

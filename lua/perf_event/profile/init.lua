@@ -75,10 +75,13 @@ function Profile:__tostring()
                 self.running and ", running" or "")
 end
 
--- pe.open (the spec resolution and perf's fallbacks live in perf_event's
--- init.lua), at start only
+-- opens the profile's event through perf_event.resolve, the one spec ->
+-- attr path pe.open takes too (perf's fallbacks included)
 local function pe_open(spec, o)
-  return require("perf_event").open(spec, o)
+  local resolve = require("perf_event.resolve")
+  local r, err = resolve.one(spec)
+  if not r then return nil, err end
+  return resolve.open(r, o, 2)
 end
 
 -- the functions of a drain's resolution
