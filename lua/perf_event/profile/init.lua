@@ -376,13 +376,17 @@ function M.start(opts)
 end
 
 --- Stops sampling, detaches the JIT callbacks and reads the last samples.
+-- In a process forked while the profile ran, only closes that process's copy
+-- of the event (the parent's profile goes on).
 -- Idempotent. @treturn table the profile
 function Profile:stop()
   if not self.running then return self end
   self.running = false
   if self.t_start then self.duration_nanos = now() - self.t_start end
   local open = pcall(self.ev.fd, self.ev)   -- closed behind our back?
-  if open then self.ev:disable() end
+  -- a forked child's copy: its fd shares the parent's event, which it only closes
+  local own = open and not self.ev:info().inherited
+  if own then self.ev:disable() end
   if self.safe then require("perf_event.profile.safepoint").disarm(self, open)
   elseif self.stacks and open then pe_module().core._private.luaprof_disarm(self.ev:fd()) end
   if self.hook then
@@ -393,10 +397,8 @@ function Profile:stop()
   if self.trace_cb then unsubscribe("trace", self.trace_cb) self.trace_cb = nil end
   if self.bc_cb then unsubscribe("bc", self.bc_cb) self.bc_cb = nil end
   if self.reg and self.reg.perfmap then self.reg.perfmap:close() self.reg.perfmap = nil end
-  if open then
-    self:drain()
-    self.ev:close()
-  end
+  if own then self:drain() end
+  if open then self.ev:close() end
   self.ev = nil
   return self
 end
