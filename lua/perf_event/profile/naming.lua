@@ -4,10 +4,10 @@
 -- package.loaded's tables give it (`M.builtins`).
 -- @module perf_event.profile.naming
 
-local format, sub = string.format, string.sub
+local format, sub, find, gsub = string.format, string.sub, string.find, string.gsub
 local sort = table.sort
 local type, tostring, pairs, ipairs, rawget, require = type, tostring, pairs, ipairs, rawget, require
-local io, debug, package = io, debug, package
+local io, debug, package, _VERSION = io, debug, package, _VERSION
 
 local addr_of = require("perf_event.profile.raw").addr_of
 
@@ -51,9 +51,56 @@ local function guess_name(source, linedefined)
   return "anon"
 end
 
+-- the text between `[string "` and `"]` for a chunk loaded from string s,
+-- as the running VM's short_src has it (LUA_IDSIZE 60): the first line, or
+-- as much of it as fits, "..." marking a cut
+local string_chunk
+if jit then
+  -- LuaJIT (lj_debug_shortname): up to the first control character, at
+  -- most 48 bytes kept whole, else 45 and "..."
+  string_chunk = function(s)
+    local n = (s:find("[%z\1-\31]") or #s + 1) - 1
+    if n > 48 then n = 48 end
+    if n == #s then return s end
+    return sub(s, 1, n < 45 and n or 45) .. "..."
+  end
+elseif _VERSION == "Lua 5.1" then
+  -- 5.1 (luaO_chunkid): up to the first "\n" or "\r", at most 43 bytes
+  string_chunk = function(s)
+    local n = (s:find("[\r\n]") or #s + 1) - 1
+    if n > 43 then n = 43 end
+    if n == #s then return s end
+    return sub(s, 1, n) .. "..."
+  end
+else
+  -- 5.2-5.4 (luaO_chunkid): a one-line source under 45 bytes whole, else
+  -- its first line (up to "\n"), at most 45 bytes, and "..."
+  string_chunk = function(s)
+    local nl = s:find("\n", 1, true)
+    if #s < 45 and not nl then return s end
+    local n = nl and nl - 1 or #s
+    return sub(s, 1, n < 45 and n or 45) .. "..."
+  end
+end
+
+-- the chunk as frames name it: a file's path ("@path"), a given name
+-- ("=name"), a string chunk as Lua's short_src (`[string "first line..."]`);
+-- "?" (not known) as is
 local function chunk_name(source)
-  local c = source:gsub("^[@=]", "")
-  return c
+  local c = sub(source, 1, 1)
+  if c == "@" or c == "=" then return sub(source, 2) end
+  if source == "?" then return source end
+  return '[string "' .. string_chunk(source) .. '"]'
+end
+M.chunk_name = chunk_name
+
+--- A frame name made safe for one field of a folded line ("a;b;c N"):
+-- each ";" (the separator) becomes ":" (as perf's stackcollapse does) and
+-- each control character (a newline would end the line) a space.
+-- @tparam string s @treturn string
+function M.folded_frame(s)
+  if not find(s, "[;%c]") then return s end
+  return (gsub(gsub(s, ";", ":"), "%c", " "))
 end
 
 local infos = {}   -- "source:linedefined" -> { name, chunk, linedefined, lastlinedefined }
