@@ -5,7 +5,9 @@
 -- its ev:disable()/enable()/reset() are refused with EPERM (doc/api.md,
 -- "Events and fork"). The parent's sampling rate afterwards is held to the
 -- rate the kernel keeps: task-clock at freq F samples every 1e9/F ns of the
--- thread's CPU time (a software event turns freq into that fixed period).
+-- thread's CPU time (a software event turns freq into that fixed period),
+-- over the whole profile: a child that stopped the parent's event leaves it
+-- the samples before the fork only.
 local pe = require("perf_event")
 local petest = require("petest")
 
@@ -46,22 +48,22 @@ local function busy(seconds)
   sink = sink + s
 end
 
--- the samples the parent takes over `seconds` of its own CPU time, with
--- the expected count: returns n, lo, hi, cpu
-local function parent_rate(p, seconds)
-  p:drain()
-  local n0 = p.nsamples
-  local c0 = os.clock()
+-- after the child: the parent runs busy for `seconds` more, then stops; all
+-- its samples since start against all its CPU time since start (c0, taken
+-- once start returned): the child's work is not the parent's (the event
+-- is not inherited), and a sample the hook has not paired yet at one
+-- drain counts at stop. Returns n, lo, hi, cpu
+local function parent_rate(p, c0, seconds)
   busy(seconds)
   local c1 = os.clock()
-  p:drain()
-  local n = p.nsamples - n0
+  p:stop()
   local lo, hi = poisson_bounds((c1 - c0) * FREQ)
-  return n, lo, hi, c1 - c0
+  return p.nsamples, lo, hi, c1 - c0
 end
 
 local function start()
-  return assert(pe.profile.start({ event = "task-clock", freq = FREQ, pages = 64 }))
+  local p = assert(pe.profile.start({ event = "task-clock", freq = FREQ, pages = 64 }))
+  return p, os.clock()
 end
 
 describe("a child forked while a profile runs", function()
@@ -74,7 +76,7 @@ describe("a child forked while a profile runs", function()
   end)
 
   it("p:stop() in the child leaves the parent sampling at its rate", function()
-    local p = start()
+    local p, c0 = start()
     finally(function() p:stop() end)
     busy(0.1)
     local rc = petest.fork_run([[
@@ -85,13 +87,13 @@ describe("a child forked while a profile runs", function()
     ]], p)
     assert.equal(0, rc)
     assert.is_true(p.running)
-    local n, lo, hi, cpu = parent_rate(p, 0.5)
+    local n, lo, hi, cpu = parent_rate(p, c0, 0.5)
     assert.is_true(n >= lo and n <= hi,
       ("%d samples in %.3f s of CPU at %d Hz: expected %d..%d"):format(n, cpu, FREQ, lo, hi))
   end)
 
   it("the child's ev:disable()/enable()/reset() are refused with EPERM, its close() only closes its copy", function()
-    local p = start()
+    local p, c0 = start()
     finally(function() p:stop() end)
     busy(0.1)
     local rc = petest.fork_run([[
@@ -115,14 +117,14 @@ describe("a child forked while a profile runs", function()
     local info = p.ev:info()
     assert.is_false(info.inherited)
     assert.equal(self_pid(), info.opener)
-    local n, lo, hi, cpu = parent_rate(p, 0.5)
+    local n, lo, hi, cpu = parent_rate(p, c0, 0.5)
     assert.is_true(n >= lo and n <= hi,
       ("%d samples in %.3f s of CPU at %d Hz: expected %d..%d"):format(n, cpu, FREQ, lo, hi))
   end)
 
   it("the child's garbage collection of the dropped profile leaves the parent sampling", function()
-    local box = { p = start() }
-    local p = box.p
+    local p, c0 = start()
+    local box = { p = p }
     finally(function() p:stop() end)
     busy(0.1)
     -- the child drops every reference to the profile (the box's, and the
@@ -147,7 +149,7 @@ describe("a child forked while a profile runs", function()
     ]], box, function(v) p = v end)
     assert.equal(0, rc2)
     assert.is_truthy(p)      -- the parent's local is untouched by the child
-    local n, lo, hi, cpu = parent_rate(p, 0.5)
+    local n, lo, hi, cpu = parent_rate(p, c0, 0.5)
     assert.is_true(n >= lo and n <= hi,
       ("%d samples in %.3f s of CPU at %d Hz: expected %d..%d"):format(n, cpu, FREQ, lo, hi))
   end)
