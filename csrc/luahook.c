@@ -362,6 +362,81 @@ static const char *lf_check(lua_State *L)
   if (lf_ci_cfn(ci) != self) return "a C function's CallInfo.func is not where 5.4.0-5.4.6 have it";
   return NULL;
 }
+#elif LUA_VERSION_NUM == 501 && UINTPTR_MAX == UINT64_MAX && !defined(LUA_JROOT)  /* not LuaJIT */
+/* 5.1: its VM reads the hook mask at every instruction, so a popped Lua
+ * function needs nothing; a C function running at the signal has
+ * returned by the capture (the hook fires at the next Lua instruction),
+ * so the handler notes it: L->ci, its func slot, a Closure with isC set
+ * (lua_topointer's address).  The capture adds it back as a C frame when
+ * that CallInfo is the one just above the captured top (base_ci[i_ci + 1]
+ * of level 0).  The offsets are 5.1.5's on LP64; l_start checks them on
+ * itself. */
+#define LF_ON51 1
+enum {
+  LF_L_CI = 40, LF_L_BASE_CI = 80,   /* lua_State.ci, .base_ci */
+  LF_CI_FUNC = 8, LF_CI_SIZE = 40,   /* CallInfo.func, sizeof(CallInfo) */
+  LF_TV_TT = 8, LF_TFUNCTION = 6,    /* TValue.tt (int) */
+  LF_CL_ISC = 10                     /* Closure.c.isC */
+};
+
+static int lf_read(uintptr_t addr, void *out, size_t n) { return pe_peek(lf.pid, addr, out, n); }
+
+static uintptr_t lf_ci_cfn(uintptr_t ci)
+{
+  uintptr_t func, cl;
+  unsigned char tv[16], hdr[16];
+  int tt;
+  if (!lf_read(ci + LF_CI_FUNC, &func, sizeof func) || !lf_read(func, tv, sizeof tv)) return 0;
+  memcpy(&tt, tv + LF_TV_TT, sizeof tt);
+  memcpy(&cl, tv, sizeof cl);
+  if (tt != LF_TFUNCTION || !lf_read(cl, hdr, sizeof hdr) || hdr[LF_CL_ISC] != 1) return 0;
+  return cl;
+}
+
+static void lf_note(lua_State *L)
+{
+  uintptr_t ci;
+  lf.cfn = 0;
+  if (!lf.ok || !lf_read((uintptr_t)L + LF_L_CI, &ci, sizeof ci)) return;
+  lf.ci = ci;
+  lf.cfn = lf_ci_cfn(ci);
+}
+
+static uint32_t lf_fix(lua_State *L, lh_frame *f, uint32_t n, lh_cap *c)
+{
+  lua_Debug d;
+  uintptr_t cfn = lf.cfn, base;
+  lf.cfn = 0;
+  if (!cfn || !lua_getstack(L, 0, &d)) return n;
+  memcpy(&base, (const char *)L + LF_L_BASE_CI, sizeof base);
+  if (base + (uintptr_t)(d.i_ci + 1) * LF_CI_SIZE != lf.ci) return n;
+  lh_frame nf;
+  nf.src = 0;
+  nf.line = nf.ld = nf.lld = -1;
+  nf.fn = cfn;
+  uint32_t shift = n == lh.depth ? (n - 1) / 2 : n;
+  memmove(f + 1, f, shift * sizeof *f);
+  f[0] = nf;
+  lf.added++;
+  if (n == lh.depth) { c->more = 1; return n; }
+  return n + 1;
+}
+
+/* l_start's check of the offsets on itself (a C function at level 0) */
+static const char *lf_check(lua_State *L)
+{
+  lua_Debug a0;
+  uintptr_t ci, base;
+  if (!lua_getstack(L, 0, &a0)) return "luahook_start has no stack level 0";
+  if (!lf_read((uintptr_t)L + LF_L_CI, &ci, sizeof ci) || !lf_read((uintptr_t)L + LF_L_BASE_CI, &base, sizeof base)
+      || ci != base + (uintptr_t)a0.i_ci * LF_CI_SIZE)
+    return "lua_State.ci and .base_ci are not where 5.1.5 has them";
+  lua_getinfo(L, "f", &a0);
+  uintptr_t self = (uintptr_t)lua_topointer(L, -1);
+  lua_pop(L, 1);
+  if (lf_ci_cfn(ci) != self) return "a C function's CallInfo.func is not where 5.1.5 has it";
+  return NULL;
+}
 #else
 static void lf_note(lua_State *L) { (void)L; }
 static uint32_t lf_fix(lua_State *L, lh_frame *f, uint32_t n, lh_cap *c)
@@ -372,8 +447,7 @@ static uint32_t lf_fix(lua_State *L, lh_frame *f, uint32_t n, lh_cap *c)
 static const char *lf_check(lua_State *L)
 {
   (void)L;
-  return LUA_VERSION_NUM == 501 ? "not needed on 5.1 (its VM checks the hook at every instruction)"
-                                : "only on Lua 5.4";
+  return "only on PUC Lua 5.1 and 5.4 on 64-bit";
 }
 #endif
 

@@ -43,10 +43,6 @@ describe("C functions of loaded modules", function()
 
   it("a workload in cjson.encode and petest.xfunc names both frames, in folded, pprof and speedscope", function()
     U.need(has_cjson, "lua-cjson is not installed (tools/debian-packages)")
-    -- Lua 5.1's hook captures the stack after the C function returned, and
-    -- 5.1's CallInfo is not read at the signal as 5.4's is: a C leaf stays
-    -- its ELF symbol there (doc/profiling.md)
-    U.need(rawget(_G, "jit") or _VERSION ~= "Lua 5.1", "Lua 5.1 names a C leaf by its ELF symbol only")
     local doc = {}
     for i = 1, 2000 do doc[i] = { id = i, name = "item " .. i, tags = { "a", "b", "c" }, score = i / 7 } end
     local encode, xfunc = cjson.encode, petest.xfunc

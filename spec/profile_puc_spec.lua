@@ -280,9 +280,9 @@ describe("pe.profile on PUC Lua (hook mode)", function()
       end
     end
     assert.is_true(inco >= 0.5 * p.nsamples, inco .. " of " .. p.nsamples .. " in_co;spin\n" .. p:folded())
-    -- and the resuming thread's frames follow: coroutine.resume, then this function
+    -- and the resuming thread's frames follow: coroutine.resume (named from package.loaded), then this function
     local folded = p:folded({ lines = false })
-    local joined = select(2, folded:gsub(";resume;in_co@[^;]+;spin@", ""))
+    local joined = select(2, folded:gsub(";coroutine%.resume;in_co@[^;]+;spin@", ""))
     assert.is_true(joined >= 1, folded)
     assert.is_nil(folded:find("\nin_co@"), folded)
     -- the inherited hook removes itself the next time it fires after stop
@@ -349,9 +349,10 @@ describe("pe.profile on PUC Lua (hook mode)", function()
       assert.is_true(p.hook_leaf, tostring(p.hook_leaf_reason))
       assert.is_true(p.hook_added > 0)
     else
-      assert.is_false(p.hook_leaf)
-      assert.matches("not needed on 5.1", p.hook_leaf_reason)
-      assert.equal(0, p.hook_added)
+      -- 5.1 adds back only a C function that ran at the signal (its VM
+      -- reads the hook mask at every instruction): the offsets it reads
+      -- for that passed their check
+      assert.is_true(p.hook_leaf, tostring(p.hook_leaf_reason))
     end
   end)
 

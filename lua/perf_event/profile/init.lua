@@ -211,7 +211,7 @@ end
 --   on PUC Lua `hook` ("signal", the default on 5.2+, or "count", the
 --   default on 5.1), `hook_count` (1..1e9 instructions: 1000), `hook_slots`
 --   (16..2^20 captures held between drains: 8192), `depth` (1..1024 frames: 256),
---   `hook_leaf` (false: on 5.4, no function popped since the signal is added back
+--   `hook_leaf` (false: no function popped since the signal (on 5.1 a C function only) is added back
 --   as the leaf);
 --   on LuaJIT's safe point `sigtrap` (false: each sample signalled by the
 --   fd's F_SETSIG after a wakeup, not by the kernel's SIGTRAP) and `lj_mode`

@@ -155,7 +155,8 @@ end
 -- function's address (LuaJIT: what `%p` gives, the GCfunc the frame holds;
 -- PUC Lua: the address `tostring` shows), as `lib.name` (`_G`'s without a
 -- prefix); a module's C functions the same way (`cjson.encode`), and those
--- of its tables one level down (`ngx.req.get_headers`); on LuaJIT the cdata
+-- of its tables one level down (`ngx.req.get_headers`; 256 tables a module
+-- at most, a module holding data is not walked whole); on LuaJIT the cdata
 -- metamethods as `cdata.__call`, .... `cfuncs` maps a C function's
 -- lua_CFunction address to the same name (LuaJIT), for another closure of
 -- it. The table keeps the functions, so no address in it is reused while it
@@ -170,7 +171,7 @@ function M.builtins()
     while k ~= nil do   -- raw: no __pairs, no __index of a module table
       if type(k) == "string" then
         if type(v) == "function" then ks[#ks + 1] = k
-        elseif type(v) == "table" and depth > 0 then subs[#subs + 1] = k end
+        elseif type(v) == "table" and depth > 0 and #subs < 256 then subs[#subs + 1] = k end
       end
       k, v = next(t, k)
     end
