@@ -21,6 +21,9 @@
 #include "pe_core.h"
 
 /* ---- simple ioctls ----------------------------------------------------- */
+/* Each control method first refuses in a forked child (pe_event_inherited):
+ * the child's fd is the parent's file description, so its ioctl would
+ * switch, reset or retarget the parent's event. */
 /* true, or the error triple; EEXIST (a second filter or program) gets its
  * own hint when the ioctl can say so */
 static int ioctl_result_ex(lua_State *L, int idx, const char *op, int rc, const char *hint,
@@ -43,6 +46,7 @@ static int ioctl_result(lua_State *L, int idx, const char *op, int rc, const cha
 static int l_enable(lua_State *L)
 {
   pe_event *ev = pe_check_event(L, 1);
+  if (pe_event_inherited(ev)) return pe_push_inherited(L, 1, ev, "enable");
   unsigned long arg = lua_toboolean(L, 2) ? PE_IOC_FLAG_GROUP : 0;
   return ioctl_result(L, 1, "enable", ioctl(ev->fd, PE_IOC_ENABLE, arg), NULL);
 }
@@ -50,6 +54,7 @@ static int l_enable(lua_State *L)
 static int l_disable(lua_State *L)
 {
   pe_event *ev = pe_check_event(L, 1);
+  if (pe_event_inherited(ev)) return pe_push_inherited(L, 1, ev, "disable");
   unsigned long arg = lua_toboolean(L, 2) ? PE_IOC_FLAG_GROUP : 0;
   return ioctl_result(L, 1, "disable", ioctl(ev->fd, PE_IOC_DISABLE, arg), NULL);
 }
@@ -57,6 +62,7 @@ static int l_disable(lua_State *L)
 static int l_reset(lua_State *L)
 {
   pe_event *ev = pe_check_event(L, 1);
+  if (pe_event_inherited(ev)) return pe_push_inherited(L, 1, ev, "reset");
   unsigned long arg = lua_toboolean(L, 2) ? PE_IOC_FLAG_GROUP : 0;
   return ioctl_result(L, 1, "reset", ioctl(ev->fd, PE_IOC_RESET, arg), NULL);
 }
@@ -64,6 +70,7 @@ static int l_reset(lua_State *L)
 static int l_refresh(lua_State *L)
 {
   pe_event *ev = pe_check_event(L, 1);
+  if (pe_event_inherited(ev)) return pe_push_inherited(L, 1, ev, "refresh");
   lua_Integer n = luaL_checkinteger(L, 2);
   if (n < 0 || n > 0x7fffffff) return luaL_argerror(L, 2, "must be 0..2^31-1");
   return ioctl_result(L, 1, "refresh", ioctl(ev->fd, PE_IOC_REFRESH, (unsigned long)n),
@@ -73,6 +80,7 @@ static int l_refresh(lua_State *L)
 static int l_period(lua_State *L)
 {
   pe_event *ev = pe_check_event(L, 1);
+  if (pe_event_inherited(ev)) return pe_push_inherited(L, 1, ev, "period");
   uint64_t p = pe_check_u64(L, 2);
   int rc = ioctl(ev->fd, PE_IOC_PERIOD, &p);
   if (rc == 0) ev->attr.sample_period = p;
@@ -83,6 +91,7 @@ static int l_period(lua_State *L)
 static int l_set_output(lua_State *L)
 {
   pe_event *ev = pe_check_event(L, 1);
+  if (pe_event_inherited(ev)) return pe_push_inherited(L, 1, ev, "set_output");
   pe_event *t = NULL;
   long target = -1;    /* must be a long: see doc/coverage.md G7 */
   int rc;
@@ -108,6 +117,7 @@ static int l_set_output(lua_State *L)
 static int l_set_filter(lua_State *L)
 {
   pe_event *ev = pe_check_event(L, 1);
+  if (pe_event_inherited(ev)) return pe_push_inherited(L, 1, ev, "set_filter");
   size_t len;
   const char *s = luaL_checklstring(L, 2, &len);
   if (strlen(s) != len) return luaL_argerror(L, 2, "filter contains a NUL byte");
@@ -120,6 +130,7 @@ static int l_set_filter(lua_State *L)
 static int l_set_bpf(lua_State *L)
 {
   pe_event *ev = pe_check_event(L, 1);
+  if (pe_event_inherited(ev)) return pe_push_inherited(L, 1, ev, "set_bpf");
   int pfd = pe_check_int(L, 2, "set_bpf: program fd", -1, INT_MAX);
   return ioctl_result_ex(L, 1, "set_bpf",
                          ioctl(ev->fd, PE_IOC_SET_BPF, (unsigned long)(uint32_t)pfd),
@@ -131,6 +142,7 @@ static int l_set_bpf(lua_State *L)
 static int l_pause_output(lua_State *L)
 {
   pe_event *ev = pe_check_event(L, 1);
+  if (pe_event_inherited(ev)) return pe_push_inherited(L, 1, ev, "pause_output");
   unsigned long on = lua_isnoneornil(L, 2) ? 1 : (unsigned long)lua_toboolean(L, 2);
   return ioctl_result(L, 1, "pause_output", ioctl(ev->fd, PE_IOC_PAUSE_OUTPUT, on),
                       "pause_output needs a mapped ring buffer");
@@ -139,6 +151,7 @@ static int l_pause_output(lua_State *L)
 static int l_modify(lua_State *L)
 {
   pe_event *ev = pe_check_event(L, 1);
+  if (pe_event_inherited(ev)) return pe_push_inherited(L, 1, ev, "modify");
   struct pe_attr a, cur = ev->attr;
   int rc;
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -331,12 +344,14 @@ static int l_attr(lua_State *L)
 static int l_info(lua_State *L)
 {
   pe_event *ev = pe_to_event(L, 1);
-  lua_createtable(L, 0, 12);
+  lua_createtable(L, 0, 14);
   lua_pushstring(L, pe_event_name(L, 1)); lua_setfield(L, -2, "name");
   lua_pushboolean(L, ev->fd < 0); lua_setfield(L, -2, "closed");
   lua_pushinteger(L, ev->fd); lua_setfield(L, -2, "fd");
   pe_push_u64(L, ev->id); lua_setfield(L, -2, "id");
   lua_pushinteger(L, ev->pid); lua_setfield(L, -2, "pid");
+  lua_pushinteger(L, ev->opener); lua_setfield(L, -2, "opener");
+  lua_pushboolean(L, pe_event_inherited(ev)); lua_setfield(L, -2, "inherited");
   lua_pushinteger(L, ev->cpu); lua_setfield(L, -2, "cpu");
   pe_push_u64(L, ev->read_format); lua_setfield(L, -2, "read_format");
   pe_push_u64(L, ev->sample_type); lua_setfield(L, -2, "sample_type");

@@ -104,13 +104,18 @@ static unsigned long ioctl_req(int op)
 /* op: 0 enable, 1 disable, 2 reset; group != 0 adds PERF_IOC_FLAG_GROUP */
 int pe_fast_ioctl(pe_event *ev, int op, int group)
 {
-  if (ev->fd < 0 || op < 0 || op > 2) return -1;
+  /* a forked child's copy (or one not yet seen since a fork): the C
+   * method answers, refusing (pe_event_inherited) */
+  if (ev->fd < 0 || op < 0 || op > 2 || ev->gen != pe_fork_gen || (ev->flags & PE_EV_INHERITED))
+    return -1;
   return ioctl(ev->fd, ioctl_req(op), group ? PE_IOC_FLAG_GROUP : 0) < 0 ? -1 : 0;
 }
 
 int pe_fast_group_ioctl(pe_group *g, int op)
 {
-  if (g->n < 0 || g->ev[0]->fd < 0 || op < 0 || op > 2) return -1;
+  if (g->n < 0 || g->ev[0]->fd < 0 || op < 0 || op > 2 || g->ev[0]->gen != pe_fork_gen
+      || (g->ev[0]->flags & PE_EV_INHERITED))
+    return -1;
   return pe_group_ioctl(g, ioctl_req(op));
 }
 

@@ -71,6 +71,11 @@ int pe_group_ioctl(pe_group *g, unsigned long req)
 static int g_ioctl(lua_State *L, const char *op, unsigned long req)
 {
   pe_group *g = check_group(L, 1, 1);
+  if (pe_event_inherited(g->ev[0])) {      /* a forked child: the parent's group */
+    pe_getuservalue(L, 1);
+    lua_rawgeti(L, -1, 1);
+    return pe_push_inherited(L, lua_gettop(L), g->ev[0], op);
+  }
   if (pe_group_ioctl(g, req) < 0) {
     int err = errno;
     pe_getuservalue(L, 1);

@@ -8,7 +8,9 @@
  * the ring state, leaving shared-ring tables), the fork generation that
  * makes a forked child forget mappings it does not have, the event
  * accessors every method uses (pe_to_event, pe_check_event,
- * pe_event_name), and the helpers the read paths share (pe_read_fd,
+ * pe_event_name), the opener's pid that pe_event_inherited compares with
+ * getpid() (a forked child only closes its copy: the control methods
+ * refuse there), and the helpers the read paths share (pe_read_fd,
  * pe_push_read_error, pe_fast_plain).  Calls layouts.c and the leaves
  * (attr.c, errors.c, u64.c); nothing above it.
  */
@@ -109,8 +111,24 @@ void pe_event_after_fork(pe_event *ev)
   ev->aux = NULL;        /* not mapped in the child either */
   ev->aux_len = 0;
   ev->flags &= ~PE_EV_SELFMON;    /* pid 0 meant the parent */
+  if (ev->opener != (int)getpid()) ev->flags |= PE_EV_INHERITED;   /* the FFI routes test it */
   ev->gen = pe_fork_gen;
   pe_fast_plain(ev);
+}
+
+int pe_event_inherited(pe_event *ev)
+{
+  if (ev->opener == (int)getpid()) return 0;
+  ev->flags |= PE_EV_INHERITED;
+  return 1;
+}
+
+int pe_push_inherited(lua_State *L, int idx, const pe_event *ev, const char *op)
+{
+  char hint[160];
+  snprintf(hint, sizeof hint, "event opened by pid %d: a forked child cannot control it; "
+           "it may read it or close its copy, or open its own event", ev->opener);
+  return pe_push_syserror(L, op, pe_event_name(L, idx), EPERM, hint);
 }
 
 /* ---- accessors --------------------------------------------------------- */
@@ -329,6 +347,7 @@ again:
   if (group_fd >= 0 && !(flags & PE_FLAG_FD_NO_GROUP)) ev->flags |= PE_EV_MEMBER;
   if (pid == 0 && cpu == -1 && !(flags & PE_FLAG_PID_CGROUP)) ev->flags |= PE_EV_SELFMON;
   ev->tid = pe_current_tid();
+  ev->opener = (int)getpid();
   luaL_getmetatable(L, PE_EVENT_MT);
   lua_setmetatable(L, -2);
 

@@ -50,6 +50,7 @@ typedef struct lh_frame {
   int32_t src;                  /* interned index: the source, or the C name */
   int32_t line;                 /* currentline; -1 for a C function */
   int32_t ld, lld;              /* linedefined, lastlinedefined (-1: C) */
+  uint64_t fn;                  /* a C function's lua_topointer (0: Lua) */
 } lh_frame;
 
 typedef struct lh_cap {
@@ -172,6 +173,8 @@ enum {
   LF_CI_FUNC = 0, LF_CI_PREV = 16, LF_CI_NEXT = 24, LF_CI_SAVEDPC = 32,
   LF_TV_TT = 8,                 /* TValue.tt_ */
   LF_TAG_LCL = 0x46,            /* ctb(LUA_VLCL) */
+  LF_TAG_LCF = 0x16,            /* LUA_VLCF: a light C function */
+  LF_TAG_CCL = 0x66,            /* ctb(LUA_VCCL): a C closure */
   LF_GC_TT = 8,                 /* GCObject.tt */
   LF_VLCL = 6, LF_VPROTO = 10, LF_VSHRSTR = 4, LF_VLNGSTR = 0x14,
   LF_LCL_P = 24,                /* LClosure.p */
@@ -187,6 +190,7 @@ static struct {
   int ok;                       /* the offsets passed the self-test */
   pid_t pid;
   volatile uintptr_t ci, proto, savedpc;   /* noted at the last signal */
+  volatile uintptr_t cfn;       /* or the C function running there (lua_topointer's) */
   uint64_t added;               /* leaf frames added back */
 } lf;
 
@@ -262,37 +266,61 @@ static int lf_frame(uintptr_t proto, uintptr_t savedpc, lh_frame *f)
   }
   if (line < ld || (lld >= ld && line > lld)) line = ld;
   f->src = lh_intern_key((const char *)(sp + LF_TS_CONTENTS), src, len);
+  f->fn = 0;
   f->line = line;
   f->ld = ld;
   f->lld = lld;
   return 1;
 }
 
-/* in the handler: which Lua function the started thread runs */
+/* the C function the CallInfo at ci runs, as lua_topointer gives it (the
+ * function pointer of a light C function, the CClosure's address), or 0 */
+static uintptr_t lf_ci_cfn(uintptr_t ci)
+{
+  unsigned char w[8], tv[16];
+  if (!lf_read(ci + LF_CI_FUNC, w, sizeof w) || !lf_read((uintptr_t)lf_u64(w, 0), tv, sizeof tv)) return 0;
+  return tv[LF_TV_TT] == LF_TAG_LCF || tv[LF_TV_TT] == LF_TAG_CCL ? (uintptr_t)lf_u64(tv, 0) : 0;
+}
+
+/* in the handler: which Lua function, or else which C function, the
+ * started thread runs */
 static void lf_note(lua_State *L)
 {
   uintptr_t ci, pc = 0, proto;
   lf.proto = 0;
+  lf.cfn = 0;
   if (!lf.ok) return;
   memcpy(&ci, (const char *)L + LF_L_CI, sizeof ci);
   proto = lf_ci_proto(ci, &pc);
   lf.ci = ci;
   lf.savedpc = pc;
   lf.proto = proto;
+  if (!proto) lf.cfn = lf_ci_cfn(ci);
 }
 
 /* in the capture of the started thread, frames f[0..n) innermost first:
- * adds the noted function back when its frame was popped since the signal */
+ * adds the noted function back when its frame was popped since the signal
+ * (a C function too: the hook a signal sets during a C call fires once it
+ * returned, so its frame is never on the captured stack; it comes back as
+ * a C frame with its address, which the Lua side names from
+ * package.loaded's tables or leaves out) */
 static uint32_t lf_fix(lua_State *L, lh_frame *f, uint32_t n, lh_cap *c)
 {
   lua_Debug d;
-  uintptr_t proto = lf.proto, next;
+  uintptr_t proto = lf.proto, cfn = lf.cfn, next;
   lf.proto = 0;
-  if (!proto || !lua_getstack(L, 0, &d) || (uintptr_t)d.i_ci == lf.ci) return n;
+  lf.cfn = 0;
+  if ((!proto && !cfn) || !lua_getstack(L, 0, &d) || (uintptr_t)d.i_ci == lf.ci) return n;
   memcpy(&next, (const char *)d.i_ci + LF_CI_NEXT, sizeof next);
   if (next != lf.ci) return n;
   lh_frame nf;
-  if (!lf_frame(proto, lf.savedpc, &nf)) return n;
+  if (proto) {
+    if (!lf_frame(proto, lf.savedpc, &nf)) return n;
+  } else {
+    nf.src = 0;
+    nf.line = nf.ld = nf.lld = -1;
+    nf.fn = cfn;
+  }
   /* a full capture loses the innermost frame of its outer part */
   uint32_t shift = n == lh.depth ? (n - 1) / 2 : n;
   memmove(f + 1, f, shift * sizeof *f);
@@ -328,6 +356,85 @@ static const char *lf_check(lua_State *L)
     return "Proto.source is not where 5.4.0-5.4.6 have it";
   if (fr.line != a1.currentline)
     return "the line from CallInfo.savedpc and Proto's line tables differs from currentline";
+  lua_getinfo(L, "f", &a0);              /* luahook_start itself: a C function */
+  uintptr_t self = (uintptr_t)lua_topointer(L, -1);
+  lua_pop(L, 1);
+  if (lf_ci_cfn(ci) != self) return "a C function's CallInfo.func is not where 5.4.0-5.4.6 have it";
+  return NULL;
+}
+#elif LUA_VERSION_NUM == 501 && UINTPTR_MAX == UINT64_MAX && !defined(LUA_JROOT)  /* not LuaJIT */
+/* 5.1: its VM reads the hook mask at every instruction, so a popped Lua
+ * function needs nothing; a C function running at the signal has
+ * returned by the capture (the hook fires at the next Lua instruction),
+ * so the handler notes it: L->ci, its func slot, a Closure with isC set
+ * (lua_topointer's address).  The capture adds it back as a C frame when
+ * that CallInfo is the one just above the captured top (base_ci[i_ci + 1]
+ * of level 0).  The offsets are 5.1.5's on LP64; l_start checks them on
+ * itself. */
+#define LF_ON51 1
+enum {
+  LF_L_CI = 40, LF_L_BASE_CI = 80,   /* lua_State.ci, .base_ci */
+  LF_CI_FUNC = 8, LF_CI_SIZE = 40,   /* CallInfo.func, sizeof(CallInfo) */
+  LF_TV_TT = 8, LF_TFUNCTION = 6,    /* TValue.tt (int) */
+  LF_CL_ISC = 10                     /* Closure.c.isC */
+};
+
+static int lf_read(uintptr_t addr, void *out, size_t n) { return pe_peek(lf.pid, addr, out, n); }
+
+static uintptr_t lf_ci_cfn(uintptr_t ci)
+{
+  uintptr_t func, cl;
+  unsigned char tv[16], hdr[16];
+  int tt;
+  if (!lf_read(ci + LF_CI_FUNC, &func, sizeof func) || !lf_read(func, tv, sizeof tv)) return 0;
+  memcpy(&tt, tv + LF_TV_TT, sizeof tt);
+  memcpy(&cl, tv, sizeof cl);
+  if (tt != LF_TFUNCTION || !lf_read(cl, hdr, sizeof hdr) || hdr[LF_CL_ISC] != 1) return 0;
+  return cl;
+}
+
+static void lf_note(lua_State *L)
+{
+  uintptr_t ci;
+  lf.cfn = 0;
+  if (!lf.ok || !lf_read((uintptr_t)L + LF_L_CI, &ci, sizeof ci)) return;
+  lf.ci = ci;
+  lf.cfn = lf_ci_cfn(ci);
+}
+
+static uint32_t lf_fix(lua_State *L, lh_frame *f, uint32_t n, lh_cap *c)
+{
+  lua_Debug d;
+  uintptr_t cfn = lf.cfn, base;
+  lf.cfn = 0;
+  if (!cfn || !lua_getstack(L, 0, &d)) return n;
+  memcpy(&base, (const char *)L + LF_L_BASE_CI, sizeof base);
+  if (base + (uintptr_t)(d.i_ci + 1) * LF_CI_SIZE != lf.ci) return n;
+  lh_frame nf;
+  nf.src = 0;
+  nf.line = nf.ld = nf.lld = -1;
+  nf.fn = cfn;
+  uint32_t shift = n == lh.depth ? (n - 1) / 2 : n;
+  memmove(f + 1, f, shift * sizeof *f);
+  f[0] = nf;
+  lf.added++;
+  if (n == lh.depth) { c->more = 1; return n; }
+  return n + 1;
+}
+
+/* l_start's check of the offsets on itself (a C function at level 0) */
+static const char *lf_check(lua_State *L)
+{
+  lua_Debug a0;
+  uintptr_t ci, base;
+  if (!lua_getstack(L, 0, &a0)) return "luahook_start has no stack level 0";
+  if (!lf_read((uintptr_t)L + LF_L_CI, &ci, sizeof ci) || !lf_read((uintptr_t)L + LF_L_BASE_CI, &base, sizeof base)
+      || ci != base + (uintptr_t)a0.i_ci * LF_CI_SIZE)
+    return "lua_State.ci and .base_ci are not where 5.1.5 has them";
+  lua_getinfo(L, "f", &a0);
+  uintptr_t self = (uintptr_t)lua_topointer(L, -1);
+  lua_pop(L, 1);
+  if (lf_ci_cfn(ci) != self) return "a C function's CallInfo.func is not where 5.1.5 has it";
   return NULL;
 }
 #else
@@ -340,19 +447,24 @@ static uint32_t lf_fix(lua_State *L, lh_frame *f, uint32_t n, lh_cap *c)
 static const char *lf_check(lua_State *L)
 {
   (void)L;
-  return LUA_VERSION_NUM == 501 ? "not needed on 5.1 (its VM checks the hook at every instruction)"
-                                : "only on Lua 5.4";
+  return "only on PUC Lua 5.1 and 5.4 on 64-bit";
 }
 #endif
 
 /* the frame of the function at d's level */
 static void lh_fill(lua_State *L, lua_Debug *d, lh_frame *f)
 {
+  f->fn = 0;
   if (!lua_getinfo(L, "Sl", d)) {
     f->src = 0;
     f->line = f->ld = f->lld = -1;
   } else if (d->what && d->what[0] == 'C') {
-    lua_getinfo(L, "n", d);
+    /* "f" pushes the function (into the LUA_MINSTACK slots a hook and a
+     * running C function have: no allocation): its address names it by
+     * the table it is in (perf_event.profile.naming's builtins) */
+    lua_getinfo(L, "nf", d);
+    f->fn = (uint64_t)(uintptr_t)lua_topointer(L, -1);
+    lua_pop(L, 1);
     f->src = lh_intern(d->name ? d->name : "?");
     f->line = f->ld = f->lld = -1;
   } else {
@@ -627,9 +739,10 @@ static int l_stop(lua_State *L)
  * SIGIOs taken, signals that found another hook set.
  * caps: array of {time = ns, more = bool, foreign = bool (the samples
  * before it found the program's hook set: not their stack),
- * f = {src, line, ld, lld, ...}}
- * (four integers a frame, innermost first; src indexes strings, 1-based;
- * ld == -1 marks a C function, src its name).  Takes the captures out;
+ * f = {src, line, ld, lld, fn, ...}}
+ * (five integers a frame, innermost first; src indexes strings, 1-based;
+ * ld == -1 marks a C function, src its name, fn its address as tostring
+ * shows it; fn is 0 for a Lua function).  Takes the captures out;
  * after luahook_stop, also frees the buffer. */
 static int l_read(lua_State *L)
 {
@@ -646,16 +759,18 @@ static int l_read(lua_State *L)
     lua_setfield(L, -2, "more");
     lua_pushboolean(L, c->foreign);
     lua_setfield(L, -2, "foreign");
-    lua_createtable(L, (int)c->n * 4, 0);
+    lua_createtable(L, (int)c->n * 5, 0);
     for (uint32_t i = 0; i < c->n; i++) {
       lua_pushinteger(L, f[i].src + 1);
-      lua_rawseti(L, -2, (int)i * 4 + 1);
+      lua_rawseti(L, -2, (int)i * 5 + 1);
       lua_pushinteger(L, f[i].line);
-      lua_rawseti(L, -2, (int)i * 4 + 2);
+      lua_rawseti(L, -2, (int)i * 5 + 2);
       lua_pushinteger(L, f[i].ld);
-      lua_rawseti(L, -2, (int)i * 4 + 3);
+      lua_rawseti(L, -2, (int)i * 5 + 3);
       lua_pushinteger(L, f[i].lld);
-      lua_rawseti(L, -2, (int)i * 4 + 4);
+      lua_rawseti(L, -2, (int)i * 5 + 4);
+      lua_pushinteger(L, (lua_Integer)f[i].fn);   /* < 2^53: exact as a 5.1 number */
+      lua_rawseti(L, -2, (int)i * 5 + 5);
     }
     lua_setfield(L, -2, "f");
     lua_rawseti(L, -2, k++);

@@ -171,6 +171,7 @@ static inline int pe_fd_is(int fd, uint64_t id) { return id != 0 && pe_fd_id(fd)
 #define PE_EV_MEMBER    0x4u   /* a member of a group (not its leader) */
 #define PE_EV_AUTOEXCL  0x8u   /* exclude_kernel/hv were added for the caller */
 #define PE_EV_FORKED    0x10u  /* its mapping stayed in the parent at a fork */
+#define PE_EV_INHERITED 0x20u  /* seen in a process other than its opener (a forked child) */
 
 /*
  * The fast view: the head of pe_event and the whole of pe_group, the only
@@ -221,6 +222,7 @@ typedef struct pe_event {
   struct pe_layouts *out_lt;
   void *aux;                 /* AUX mapping (ev:map_aux), NULL if none */
   size_t aux_len;
+  int opener;                /* getpid() at open: the process that controls it */
 } pe_event;
 
 /* Bumped in a forked child (pthread_atfork, registered by
@@ -232,6 +234,13 @@ extern unsigned pe_fork_gen;
 void pe_lifecycle_init(void);
 /* forgets the mapping a forked child does not have (gen != pe_fork_gen) */
 void pe_event_after_fork(pe_event *ev);
+/* 1 when this process is not the one that opened ev: a forked child, whose
+ * fd shares the parent's file description, so that an ioctl or fcntl on it
+ * would act on the parent's event.  Such a process only closes its copy. */
+int pe_event_inherited(pe_event *ev);
+/* nil, "op(name): EPERM: ... (event opened by pid N: a forked child cannot
+ * control it ...)", EPERM -> 3 */
+int pe_push_inherited(lua_State *L, int idx, const pe_event *ev, const char *op);
 
 /* the event at idx (may be closed); raises on another type.  Inline, as
  * pe_check_event: every method's first call */

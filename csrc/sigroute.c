@@ -9,7 +9,10 @@
  * fd's owner, signal and O_ASYNC, and whether an armed fd is still the
  * event it was (a profile dropped without stop() has its fd closed, and
  * fd numbers are reused); and their reads of this process's memory
- * (pe_peek).
+ * (pe_peek).  O_ASYNC, the owner and the signal belong to the fd's file
+ * description, which a forked child shares with its parent: unrouting in a
+ * process other than the one that routed the fd would silence the
+ * parent's sampler, so it is done only there.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -17,6 +20,7 @@
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <unistd.h>
 #include "pe_core.h"
 
 int pe_sig_install(int signo, pe_sig_fn fn, pe_sig_fn sigio_fn, const sigset_t *mask)
@@ -36,6 +40,18 @@ int pe_sig_install(int signo, pe_sig_fn fn, pe_sig_fn sigio_fn, const sigset_t *
   return 0;
 }
 
+/* the fds routed, and by which process (a forked child inherits a copy of
+ * this table, with the parent's pid) */
+#define ROUTED_MAX 64
+static struct { int fd; pid_t pid; } routed[ROUTED_MAX];
+static int nrouted;
+
+static int routed_at(int fd)
+{
+  for (int i = 0; i < nrouted; i++) if (routed[i].fd == fd) return i;
+  return -1;
+}
+
 int pe_sig_route(int fd, int signo)
 {
   struct f_owner_ex own;
@@ -46,12 +62,23 @@ int pe_sig_route(int fd, int signo)
   if (fl < 0 || fcntl(fd, F_SETOWN_EX, &own) < 0 || fcntl(fd, F_SETSIG, signo) < 0
       || fcntl(fd, F_SETFL, fl | O_ASYNC | O_NONBLOCK) < 0)
     return -1;
+  {
+    int i = routed_at(fd);
+    if (i < 0 && nrouted < ROUTED_MAX) i = nrouted++;
+    if (i >= 0) { routed[i].fd = fd; routed[i].pid = getpid(); }
+  }
   return 0;
 }
 
 void pe_sig_unroute(int fd)
 {
-  int fl = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
+  int i = fd >= 0 ? routed_at(fd) : -1, fl;
+  if (i >= 0) {
+    pid_t by = routed[i].pid;
+    routed[i] = routed[--nrouted];
+    if (by != getpid()) return;          /* a forked child: the parent's routing */
+  }
+  fl = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
   if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_ASYNC);
 }
 

@@ -5,8 +5,9 @@
 -- so there the child may: read() counters (through read(2): they count what
 -- they counted for the parent), read groups, close() its copies (the
 -- parent's events stay open), open its own events.  records()/ring() raise
--- (doc/errors.md); enable/disable/reset act on the parent's (shared)
--- kernel event.  Documented in doc/hardening.md.
+-- (doc/errors.md); enable/disable/reset are refused with EPERM, since they
+-- would act on the parent's (shared) kernel event
+-- (spec/profile_fork_spec.lua).  Documented in doc/hardening.md.
 local pe = require("perf_event")
 local petest = require("petest")
 local U = require("support.util")

@@ -286,9 +286,9 @@ describe("pe.profile on PUC Lua (hook mode)", function()
     end
     local ok, why = stats.at_least("samples in in_co;spin", inco, p.nsamples, 0.5)
     assert.is_true(ok, why .. "\n" .. p:folded())
-    -- and the resuming thread's frames follow: coroutine.resume, then this function
+    -- and the resuming thread's frames follow: coroutine.resume (named from package.loaded), then this function
     local folded = p:folded({ lines = false })
-    local joined = select(2, folded:gsub(";resume;in_co@[^;]+;spin@", ""))
+    local joined = select(2, folded:gsub(";coroutine%.resume;in_co@[^;]+;spin@", ""))
     assert.is_true(joined >= 1, folded)
     assert.is_nil(folded:find("\nin_co@"), folded)
     -- the inherited hook removes itself the next time it fires after stop
@@ -352,9 +352,10 @@ describe("pe.profile on PUC Lua (hook mode)", function()
       assert.is_true(p.hook_leaf, tostring(p.hook_leaf_reason))
       assert.is_true(p.hook_added > 0)
     else
-      assert.is_false(p.hook_leaf)
-      assert.matches("not needed on 5.1", p.hook_leaf_reason)
-      assert.equal(0, p.hook_added)
+      -- 5.1 adds back only a C function that ran at the signal (its VM
+      -- reads the hook mask at every instruction): the offsets it reads
+      -- for that passed their check
+      assert.is_true(p.hook_leaf, tostring(p.hook_leaf_reason))
     end
   end)
 

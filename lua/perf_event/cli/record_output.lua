@@ -20,7 +20,7 @@ local M = {}
 -- @treturn table with `add(rec)`, `lines()` and `samples`
 function M.folder(sym, opts)
   opts = opts or {}
-  local counts, order = {}, {}
+  local counts, order, fold = {}, {}, require("perf_event.profile.naming").folded_frame
   local f = { samples = 0 }
   local comm_of = { [0] = "swapper" }   -- the idle task, as perf names it
   local function comm(pid)
@@ -47,7 +47,7 @@ function M.folder(sym, opts)
     end
     local parts = { root }
     if opts.comm ~= false then parts[#parts + 1] = comm(rec.pid) end
-    for i = #frames, 1, -1 do parts[#parts + 1] = frames[i] end
+    for i = #frames, 1, -1 do parts[#parts + 1] = fold(frames[i]) end   -- no ";" or newline in a frame
     local key = concat(parts, ";")
     if not counts[key] then counts[key] = 0; order[#order + 1] = key end
     counts[key] = counts[key] + 1

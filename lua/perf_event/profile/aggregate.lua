@@ -9,7 +9,8 @@ local table = table
 local concat, sort = table.concat, table.sort
 local pairs, ipairs, setmetatable, require = pairs, ipairs, setmetatable, require
 
-local frame_name = require("perf_event.profile.naming").frame_name
+local naming = require("perf_event.profile.naming")
+local frame_name, folded_frame = naming.frame_name, naming.folded_frame
 
 local M = {}
 -- the Profile methods of this file (init.lua puts them in the class)
@@ -101,7 +102,8 @@ end
 -- @tparam[opt] table opts `lines=false` merges the lines of a function;
 --   `traces=true` keeps stacks through different traces apart; `reset=true`
 --   forgets the stored stacks once read (`p:reset()`)
--- @treturn table array of `{frames=, count=, key=}` (key: the folded text); `frames` is root first, each
+-- @treturn table array of `{frames=, count=, key=}` (key: the folded text, each frame's name
+--   with ";" made ":" and control characters spaces); `frames` is root first, each
 --   frame either `{lua=info, line=n, trace=N}` (info: `name`, `chunk`,
 --   `linedefined`, `lastlinedefined`) or `{c=name, addr=ip, module=path}`
 --   (addr and module when known)
@@ -114,7 +116,7 @@ function Profile:aggregate(opts)
     for i, f in ipairs(frames) do
       local t = frame_text(f, lines)
       if opts.traces and f.trace then t = t .. " [trace " .. f.trace .. "]" end
-      parts[i] = t
+      parts[i] = folded_frame(t)   -- the key is the folded text: no ";" or newline in a frame
     end
     local k = concat(parts, ";")
     local e = by[k]

@@ -59,13 +59,16 @@ function M.hook_start(p, LP, opts)
 end
 
 -- a capture's frames, root first: Lua frames named like LuaJIT's, C
--- functions on the Lua stack (pcall, table.sort) by the name Lua gives them
-local function hook_frames(cap, strs)
+-- functions on the Lua stack by the name package.loaded's tables give them
+-- (`table.sort`, `cjson.encode`: `names`, naming.builtins), else by the name
+-- Lua gives them at the call (a local's or field's)
+local function hook_frames(cap, strs, names)
   local f, out = cap.f, {}
-  for i = #f - 3, 1, -4 do
+  for i = #f - 4, 1, -5 do
     local src, line, ld, lld = strs[f[i]] or "?", f[i + 1], f[i + 2], f[i + 3]
     if ld < 0 then
-      if src ~= "?" then out[#out + 1] = { c = src, hook = true } end
+      local n = names[f[i + 4]] or src
+      if n ~= "?" then out[#out + 1] = { c = n, hook = true } end
     else
       out[#out + 1] = { lua = proto_info({ source = src, linedefined = ld, lastlinedefined = lld }),
                         line = line >= 0 and line or ld, hook = true }
@@ -112,9 +115,12 @@ function Profile:_hook_drain(final)
   self.hook_signals, self.hook_sigio, self.hook_foreign = tonumber(nsig), tonumber(nsigio), tonumber(nforeign)
   self.vm_module = self.vm_module or vm
   local pend = self.hpend
+  -- (made at the first drain: the modules loaded by then are named)
+  local names = self.builtins or require("perf_event.profile.naming").builtins()
+  self.builtins = names
   for _, c in ipairs(caps) do
     c.time = tonumber(c.time)
-    c.frames = hook_frames(c, strs)
+    c.frames = hook_frames(c, strs, names)
     pend[#pend + 1] = c
   end
   self.ncaps = (self.ncaps or 0) + #caps

@@ -222,7 +222,7 @@ end
 --   on PUC Lua `hook` ("signal", the default on 5.2+, or "count", the
 --   default on 5.1), `hook_count` (1..1e9 instructions: 1000), `hook_slots`
 --   (16..2^20 captures held between drains: 8192), `depth` (1..1024 frames: 256),
---   `hook_leaf` (false: on 5.4, no function popped since the signal is added back
+--   `hook_leaf` (false: no function popped since the signal (on 5.1 a C function only) is added back
 --   as the leaf);
 --   on LuaJIT's safe point `sigtrap` (false: each sample signalled by the
 --   fd's F_SETSIG after a wakeup, not by the kernel's SIGTRAP) and `lj_mode`
@@ -316,25 +316,27 @@ function M.start(opts)
 end
 
 --- Stops sampling, detaches the JIT callbacks and reads the last samples.
+-- In a process forked while the profile ran, only closes that process's copy
+-- of the event (the parent's profile goes on).
 -- Idempotent. @treturn table the profile
 function Profile:stop()
   if not self.running then return self end
   self.running = false
   if self.t_start then self.duration_nanos = now() - self.t_start end
   local open = pcall(self.ev.fd, self.ev)   -- closed behind our back?
-  if open then self.ev:disable() end
+  -- a forked child's copy: its fd shares the parent's event, which it only closes
+  local own = open and not self.ev:info().inherited
+  if own then self.ev:disable() end
   -- (the callbacks first: the last safe-point profile's disarm stops
   -- LuaJIT's profiler, which flushes the traces the registry holds)
   perfmap_stop(self)
   if self.safe then safepoint.disarm(self, open) end
   if self.hook then
     LP.luahook_stop()
-    if not open then LP.luahook_read() end   -- no drain below: frees the captures
+    if not own then LP.luahook_read() end   -- no drain below: frees the captures
   end
-  if open then
-    self:drain()
-    self.ev:close()
-  end
+  if own then self:drain() end
+  if open then self.ev:close() end
   self.ev = nil
   return self
 end

@@ -4,10 +4,10 @@
 -- package.loaded's tables give it (`M.builtins`).
 -- @module perf_event.profile.naming
 
-local format, sub = string.format, string.sub
+local format, sub, find, gsub = string.format, string.sub, string.find, string.gsub
 local sort = table.sort
-local type, tostring, pairs, ipairs, rawget, require = type, tostring, pairs, ipairs, rawget, require
-local io, debug, package = io, debug, package
+local type, tostring, ipairs, rawget, require, next, pcall = type, tostring, ipairs, rawget, require, next, pcall
+local io, debug, package, _VERSION, _G, print = io, debug, package, _VERSION, _G, print
 
 local addr_of = require("perf_event.profile.raw").addr_of
 
@@ -51,9 +51,56 @@ local function guess_name(source, linedefined)
   return "anon"
 end
 
+-- the text between `[string "` and `"]` for a chunk loaded from string s,
+-- as the running VM's short_src has it (LUA_IDSIZE 60): the first line, or
+-- as much of it as fits, "..." marking a cut
+local string_chunk
+if jit then
+  -- LuaJIT (lj_debug_shortname): up to the first control character, at
+  -- most 48 bytes kept whole, else 45 and "..."
+  string_chunk = function(s)
+    local n = (s:find("[%z\1-\31]") or #s + 1) - 1
+    if n > 48 then n = 48 end
+    if n == #s then return s end
+    return sub(s, 1, n < 45 and n or 45) .. "..."
+  end
+elseif _VERSION == "Lua 5.1" then
+  -- 5.1 (luaO_chunkid): up to the first "\n" or "\r", at most 43 bytes
+  string_chunk = function(s)
+    local n = (s:find("[\r\n]") or #s + 1) - 1
+    if n > 43 then n = 43 end
+    if n == #s then return s end
+    return sub(s, 1, n) .. "..."
+  end
+else
+  -- 5.2-5.4 (luaO_chunkid): a one-line source under 45 bytes whole, else
+  -- its first line (up to "\n"), at most 45 bytes, and "..."
+  string_chunk = function(s)
+    local nl = s:find("\n", 1, true)
+    if #s < 45 and not nl then return s end
+    local n = nl and nl - 1 or #s
+    return sub(s, 1, n < 45 and n or 45) .. "..."
+  end
+end
+
+-- the chunk as frames name it: a file's path ("@path"), a given name
+-- ("=name"), a string chunk as Lua's short_src (`[string "first line..."]`);
+-- "?" (not known) as is
 local function chunk_name(source)
-  local c = source:gsub("^[@=]", "")
-  return c
+  local c = sub(source, 1, 1)
+  if c == "@" or c == "=" then return sub(source, 2) end
+  if source == "?" then return source end
+  return '[string "' .. string_chunk(source) .. '"]'
+end
+M.chunk_name = chunk_name
+
+--- A frame name made safe for one field of a folded line ("a;b;c N"):
+-- each ";" (the separator) becomes ":" (as perf's stackcollapse does) and
+-- each control character (a newline would end the line) a space.
+-- @tparam string s @treturn string
+function M.folded_frame(s)
+  if not find(s, "[;%c]") then return s end
+  return (gsub(gsub(s, ";", ":"), "%c", " "))
 end
 
 local infos = {}   -- "source:linedefined" -> { name, chunk, linedefined, lastlinedefined }
@@ -77,48 +124,92 @@ end
 M.frame_name = frame_name
 
 -- the library tables named first, in this order; the other modules of
--- package.loaded follow sorted by name
+-- package.loaded follow sorted by name (and nginx's `ngx` when it is only
+-- a global)
 local LIBS = { "_G", "string", "table", "math", "io", "os", "coroutine", "debug", "package",
                "bit", "jit", "ffi", "jit.util", "jit.profile" }
+local IS_LIB = {}
+for _, m in ipairs(LIBS) do IS_LIB[m] = true end
+
+-- a builtin's or C function's address as a frame holds it (LuaJIT: the
+-- GCfunc, `%p`; PUC: lua_topointer, which tostring shows), and on LuaJIT
+-- the lua_CFunction of a C function that is no builtin; nil for a Lua function
+local c_addr
+if jutil then
+  c_addr = function(f)
+    local fi = jutil.funcinfo(f)
+    if not fi.addr then return nil end
+    return addr_of(f), not fi.ffid and fi.addr or nil
+  end
+else
+  local getinfo, pformat = debug.getinfo, pcall(format, "%p", print) and "%p"
+  c_addr = function(f)
+    local i = getinfo(f, "S")
+    if not i or i.what ~= "C" then return nil end
+    local h = (pformat and format(pformat, f) or tostring(f)):match("0x(%x+)")
+    return h and tonumber(h, 16)
+  end
+end
 
 --- Names of the builtins and C functions in package.loaded's tables, by the
--- function's address (what `%p` gives, the GCfunc the frame holds), as
--- `lib.name` (`_G`'s without a prefix); the cdata metamethods as
--- `cdata.__call`, .... The table keeps the functions, so no address in it
--- is reused while it lives.
+-- function's address (LuaJIT: what `%p` gives, the GCfunc the frame holds;
+-- PUC Lua: the address `tostring` shows), as `lib.name` (`_G`'s without a
+-- prefix); a module's C functions the same way (`cjson.encode`), and those
+-- of its tables one level down (`ngx.req.get_headers`; 256 tables a module
+-- at most, a module holding data is not walked whole); on LuaJIT the cdata
+-- metamethods as `cdata.__call`, .... `cfuncs` maps a C function's
+-- lua_CFunction address to the same name (LuaJIT), for another closure of
+-- it. The table keeps the functions, so no address in it is reused while it
+-- lives.
 -- @treturn table address -> name
 function M.builtins()
-  local names, keep = {}, {}
-  local function add(prefix, t)
+  local names, keep, cfuncs = {}, {}, {}
+  local function add(prefix, t, depth)
     if type(t) ~= "table" then return end
-    local ks = {}
-    for k, v in pairs(t) do
-      if type(k) == "string" and type(v) == "function" then ks[#ks + 1] = k end
+    local ks, subs = {}, {}
+    local k, v = next(t)
+    while k ~= nil do   -- raw: no __pairs, no __index of a module table
+      if type(k) == "string" then
+        if type(v) == "function" then ks[#ks + 1] = k
+        elseif type(v) == "table" and depth > 0 and #subs < 256 then subs[#subs + 1] = k end
+      end
+      k, v = next(t, k)
     end
     sort(ks)
-    for _, k in ipairs(ks) do
-      local f = t[k]
-      local fi = jutil and jutil.funcinfo(f)
-      local a = fi and fi.ffid and addr_of(f)
+    for _, name in ipairs(ks) do
+      local f = rawget(t, name)
+      local a, cf = c_addr(f)
       if a and not names[a] then
-        names[a] = prefix and prefix .. "." .. k or k
+        local full = prefix and prefix .. "." .. name or name
+        names[a] = full
         keep[#keep + 1] = f
+        if cf and not cfuncs[cf] then cfuncs[cf] = full end
       end
     end
+    sort(subs)
+    for _, name in ipairs(subs) do
+      local sub_t = rawget(t, name)
+      if not IS_LIB[name] and sub_t ~= t then add(prefix and prefix .. "." .. name or name, sub_t, depth - 1) end
+    end
   end
+  local loaded = package.loaded
   local seen = {}
   for _, m in ipairs(LIBS) do
-    local t = package.loaded[m]
-    if t then seen[m] = true add(m ~= "_G" and m or nil, t) end
+    local t = rawget(loaded, m)
+    if t then seen[m] = true add(m ~= "_G" and m or nil, t, 0) end
   end
   local rest = {}
-  for m in pairs(package.loaded) do
+  local m = next(loaded)
+  while m ~= nil do
     if type(m) == "string" and not seen[m] then rest[#rest + 1] = m end
+    m = next(loaded, m)
   end
+  local ngx = rawget(_G, "ngx")
+  if type(ngx) == "table" and rawget(loaded, "ngx") == nil then rest[#rest + 1] = "ngx" end
   sort(rest)
-  for _, m in ipairs(rest) do add(m, package.loaded[m]) end
-  if ffi then add("cdata", debug.getmetatable(ffi.new("char[1]"))) end
-  names.functions = keep
+  for _, name in ipairs(rest) do add(name, rawget(loaded, name) or (name == "ngx" and ngx), 1) end
+  if ffi then add("cdata", debug.getmetatable(ffi.new("char[1]")), 0) end
+  names.functions, names.cfuncs = keep, cfuncs
   return names
 end
 

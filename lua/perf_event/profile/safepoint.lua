@@ -338,7 +338,9 @@ local function c_name(p, a, cf, ffid)
     end
     p.builtins_ffid = byff
   end
-  local n = b[a] or (ffid and p.builtins_ffid[ffid])
+  -- (a C function by its table name, `cjson.encode`; another closure of it by
+  -- its lua_CFunction)
+  local n = b[a] or (ffid and p.builtins_ffid[ffid]) or (cf and b.cfuncs and b.cfuncs[cf])
   if n then return n end
   if ffid then return "builtin#" .. ffid end
   if cf and cf ~= 0 and p.sym then
