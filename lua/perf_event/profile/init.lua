@@ -78,10 +78,10 @@ end
 -- opens the profile's event through perf_event.resolve, the one spec ->
 -- attr path pe.open takes too (perf's fallbacks included)
 local function pe_open(spec, o)
-  local resolve = require("perf_event.resolve")
-  local r, err = resolve.one(spec)
+  local spec_resolve = require("perf_event.resolve")
+  local r, err = spec_resolve.one(spec)
   if not r then return nil, err end
-  return resolve.open(r, o, 2)
+  return spec_resolve.open(r, o, 2)
 end
 
 -- the functions of a drain's resolution
