@@ -45,6 +45,7 @@ local resolve = require("perf_event.profile.resolve")
 local aggregate = require("perf_event.profile.aggregate")
 local options = require("perf_event.profile.opts")
 local LP = require("perf_event.core")._private
+local EPERM = require("perf_event.core").abi.errno.EPERM
 local now = raw.now
 
 local jit = rawget(_G, "jit")
@@ -324,9 +325,14 @@ function Profile:stop()
   self.running = false
   if self.t_start then self.duration_nanos = now() - self.t_start end
   local open = pcall(self.ev.fd, self.ev)   -- closed behind our back?
-  -- a forked child's copy: its fd shares the parent's event, which it only closes
-  local own = open and not self.ev:info().inherited
-  if own then self.ev:disable() end
+  -- a forked child's copy: its fd shares the parent's event, which it only
+  -- closes (disable refuses there with EPERM; nothing is allocated before
+  -- the event stops, so that stop's own work is not sampled)
+  local own = open
+  if open then
+    local ok, _, errno = self.ev:disable()
+    if not ok and errno == EPERM then own = false end
+  end
   -- (the callbacks first: the last safe-point profile's disarm stops
   -- LuaJIT's profiler, which flushes the traces the registry holds)
   perfmap_stop(self)

@@ -168,7 +168,7 @@ function M.builtins()
     if type(t) ~= "table" then return end
     local ks, subs = {}, {}
     local k, v = next(t)
-    while k ~= nil do   -- raw: no __pairs, no __index of a module table
+    while k ~= nil do   -- raw: no __pairs, no index metamethod of a module table
       if type(k) == "string" then
         if type(v) == "function" then ks[#ks + 1] = k
         elseif type(v) == "table" and depth > 0 and #subs < 256 then subs[#subs + 1] = k end
