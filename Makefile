@@ -16,9 +16,10 @@
 
 LUA ?= luajit
 CC ?= cc
-# csrc/lj/: the LuaJIT readers (its layout, the safe point, the hook repair)
-SRCS := $(wildcard csrc/*.c csrc/lj/*.c)
-HDRS := $(wildcard csrc/*.h csrc/lj/*.h)
+# csrc/lj/: the LuaJIT readers (its layout, the safe point, the hook repair);
+# csrc/puc/: PUC Lua's hook sampler (the hook, its string pool, the struct reads)
+SRCS := $(wildcard csrc/*.c csrc/lj/*.c csrc/puc/*.c)
+HDRS := $(wildcard csrc/*.h csrc/lj/*.h csrc/puc/*.h)
 WARN := -Wall -Wextra -Werror -Wshadow
 BASECFLAGS := -std=gnu11 -fPIC -fvisibility=hidden $(WARN)
 OPT ?= -O2 -g

@@ -22,7 +22,11 @@
  *                          stacks and chunk names
  *   ring.c                 ring drain, records, AUX (methods added by event.c)
  *   group.c userpage.c     groups; the user-page (rdpmc) read, time_conv
- *   luahook.c              the PUC Lua count hook's stacks (pe.profile)
+ *   puc/hook.c             the PUC Lua count hook's stacks (pe.profile): the
+ *                          hook, its capture, core._private.luahook_*
+ *   puc/frames.c           PUC Lua's structs read at a signal: the leaf
+ *                          popped before the hook fired
+ *   puc/intern.c           the hook's string pool: sources and C names
  *   lj/hook.c              LuaJIT's profiler hook flag and dispatch table:
  *                          found, checked, repaired (by the safe point's handler)
  *   lj/layout.c            LuaJIT 2.1's layout (lj/layout.h): frames, G,
@@ -332,7 +336,7 @@ void pe_open_spawn(lua_State *L);
 int pe_signal_fd(void);
 int pe_child_pid(lua_State *L, int idx);
 void pe_open_luasafe(lua_State *L);         /* lj/safepoint.c */
-void pe_open_luahook(lua_State *L);         /* luahook.c */
+void pe_open_luahook(lua_State *L);         /* puc/hook.c */
 /* lj/hook.c: LuaJIT's profiler hook flag and dispatch table (LuaJIT on
  * x86-64; elsewhere find says why not and the rest do nothing).  find:
  * NULL once found for L's VM, else why not (tried again at the next

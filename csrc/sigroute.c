@@ -1,7 +1,7 @@
 /*
  * sigroute.c - an event's overflow signal, sent to the calling thread.
  *
- * Owns the arming that the two Lua-level samplers share (luahook.c, the
+ * Owns the arming that the two Lua-level samplers share (puc/hook.c, the
  * PUC hook; lj/signal.c and lj/arm.c, LuaJIT's safe point):
  * the handler of their real-time signal, SIGIO taken when the process left
  * it at its default action (the kernel sends a plain SIGIO when it cannot

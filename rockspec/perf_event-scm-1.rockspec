@@ -6,8 +6,8 @@
 -- stops there: use `luarocks make`).
 --
 -- The C core is built by the project's Makefile (the same flags, warnings,
--- -fvisibility=hidden and every csrc/*.c and csrc/lj/*.c, so there is no second list of
--- sources here), against the headers luarocks was configured for; the build
+-- -fvisibility=hidden and every csrc/*.c, csrc/lj/*.c and csrc/puc/*.c, so there is no
+-- second list of sources here), against the headers luarocks was configured for; the build
 -- directory is named after those headers so that 5.1 and 5.4 never share an
 -- object.  Every lua/perf_event/*.lua and lua/perf_event/*/*.lua (the
 -- folders of perf_event.profile, perf_event.openresty, perf_event.cli and

@@ -17,7 +17,7 @@ local function lines(cmd)
   return t
 end
 
--- the objects of csrc/*.c and of its subsystem folders (csrc/lj/*.c)
+-- the objects of csrc/*.c and of its subsystem folders (csrc/lj/*.c, csrc/puc/*.c)
 local function objects()
   local t = {}
   for _, path in ipairs(lines("ls " .. objdir .. "/*.o " .. objdir .. "/*/*.o 2>/dev/null")) do

@@ -67,7 +67,7 @@ describe("pe.profile.start's options", function()
                      raises({ freq = 99, period = 1000000 }))
   end)
 
-  it("sizes and counts: pages a power of two, stack 0 or more, the hook's within csrc/luahook.c's ranges", function()
+  it("sizes and counts: pages a power of two, stack 0 or more, the hook's within csrc/puc/hook.c's ranges", function()
     local function o(name, rest) return P .. "option '" .. name .. "' " .. rest end
     assert.are.equal(o("pages", "must be a power of two, got 3"), raises({ pages = 3 }))
     assert.are.equal(o("pages", "must be a power of two, got 0"), raises({ pages = 0 }))

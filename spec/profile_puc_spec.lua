@@ -1,5 +1,5 @@
 -- pe.profile on PUC Lua (5.1, 5.4): mode "hook". The kernel's cpu-clock
--- decides when a sample is taken; csrc/luahook.c captures the Lua stack at
+-- decides when a sample is taken; csrc/puc/hook.c captures the Lua stack at
 -- the next VM hook point. Checked against references that use no hook:
 -- os.clock per function, debug.getinfo's lines, and the call sites seen by
 -- debug.getinfo from inside the callee.

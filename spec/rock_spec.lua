@@ -222,11 +222,14 @@ describe("the rock", function()
     assert.are.equal(0, b.rc, b.out)
     local line = b.out:match("[^\n]*%-o build/rock[^\n]*/perf_event/core%.so[^\n]*")
     assert.truthy(line, "no link line of the core:\n" .. b.out)
-    -- every csrc/*.c and csrc/lj/*.c compiled with the Makefile's flags against the headers
-    -- luarocks is set up for, into the rock's own object directory, and linked
+    -- every csrc/*.c, csrc/lj/*.c and csrc/puc/*.c compiled with the Makefile's flags against
+    -- the headers luarocks is set up for, into the rock's own object directory, and linked
     local sources = ls(b.src .. "/csrc/*.c")
-    for _, c in ipairs(ls(b.src .. "/csrc/lj/*.c")) do sources[#sources + 1] = "lj/" .. c end
-    assert.truthy(#sources > #ls(b.src .. "/csrc/*.c"), "no csrc/lj/*.c")
+    for _, dir in ipairs({ "lj", "puc" }) do
+      local sub = ls(b.src .. "/csrc/" .. dir .. "/*.c")
+      assert.truthy(#sub > 0, "no csrc/" .. dir .. "/*.c")
+      for _, c in ipairs(sub) do sources[#sources + 1] = dir .. "/" .. c end
+    end
     for _, c in ipairs(sources) do
       local o = c:gsub("%.c$", ".o")
       local cc = b.out:match("[^\n]* %-c csrc/" .. c:gsub("%.", "%%.") .. " %-o build/rock[^\n]*")

@@ -2,7 +2,7 @@
 -- profile (not a public interface): setting the hook at start, and at
 -- drain pairing each sample with the Lua stack the hook captured after it.
 --
--- csrc/luahook.c captures the Lua stack at the first VM hook point after a
+-- csrc/puc/hook.c captures the Lua stack at the first VM hook point after a
 -- sample: each sample signals this thread, whose handler sets a count hook
 -- of 1 on the thread that called start ("signal"; "count" also keeps a
 -- hook every `hook_count` instructions, which coroutines created after

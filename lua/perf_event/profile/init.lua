@@ -17,7 +17,7 @@
 -- its C leaf only (the sample's IP named from the ELF symbols): `p.mode`
 -- is "c" and `p.stacks_reason` says why.
 -- PUC Lua (5.1, 5.4) gets `p.mode == "hook"`: the Lua stack captured by a
--- VM hook at the first instruction after each sample (csrc/luahook.c).
+-- VM hook at the first instruction after each sample (csrc/puc/hook.c).
 --
 -- The files of this folder, one concern each: init.lua (this: `start`,
 -- `stop`, the class), naming.lua (frame names, `builtins`), safepoint.lua

@@ -56,7 +56,7 @@ local function one_of(...)
 end
 
 -- name -> { the Lua type, a check of the value (nil: any of that type) }.
--- The ranges of hook_count, hook_slots and depth are csrc/luahook.c's.
+-- The ranges of hook_count, hook_slots and depth are csrc/puc/hook.c's.
 M.OPTIONS = {
   event = { "string" },
   freq = { "number", positive },

@@ -1,5 +1,8 @@
 /*
- * luahook.c - Lua stacks for perf_event.profile on PUC Lua (5.1 to 5.4).
+ * puc/hook.c - Lua stacks for perf_event.profile on PUC Lua (5.1 to 5.4):
+ * the hook and its capture, the signal handlers, the capture buffer and the
+ * Lua entries (core._private.luahook_*).  The string pool is puc/intern.c;
+ * the reading of PUC Lua's structs at a signal, puc/frames.c.
  *
  * The perf_event decides when a sample is taken; this file captures the
  * Lua stack at the next VM hook point after it.  The hook is a count hook
@@ -31,7 +34,7 @@
  * coroutine's hook finds the profile off and removes itself.
  */
 #define _GNU_SOURCE
-#include "pe_core.h"
+#include "puc/puc.h"
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -42,17 +45,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LH_POOL (64 * 1024)     /* bytes of copied source and C names */
-#define LH_STRS 2048            /* interned strings (power of two) */
-#define LH_STRMAX 240           /* longer sources are cut */
-
-typedef struct lh_frame {
-  int32_t src;                  /* interned index: the source, or the C name */
-  int32_t line;                 /* currentline; -1 for a C function */
-  int32_t ld, lld;              /* linedefined, lastlinedefined (-1: C) */
-  uint64_t fn;                  /* a C function's lua_topointer (0: Lua) */
-} lh_frame;
-
 typedef struct lh_cap {
   uint64_t time;                /* CLOCK_MONOTONIC ns */
   uint64_t head;                /* data_head seen */
@@ -62,11 +54,6 @@ typedef struct lh_cap {
                                  * the program's own hook set */
   uint64_t foff;                /* its frames: frames[foff % nframes ...] */
 } lh_cap;
-
-typedef struct lh_str {
-  const void *ptr;              /* the string's address in the Lua state */
-  uint32_t off, len;            /* the copy in pool */
-} lh_str;
 
 static struct {
   volatile int on;
@@ -90,11 +77,6 @@ static struct {
   uint64_t shed;                /* hook calls that skipped their capture */
   volatile uint64_t nsig, nsigio, nforeign;   /* signals taken; with a hook of the program's */
   volatile int foreign;         /* since the last capture */
-  char pool[LH_POOL];
-  uint32_t pool_used;
-  lh_str strs[LH_STRS];         /* index 0: "?" */
-  uint32_t nstrs;
-  uint32_t slot_of[LH_STRS * 2];/* pointer hash -> index + 1 */
 } lh = { .ev_ref = LUA_NOREF, .th_ref = LUA_NOREF };
 
 static uint64_t lh_now(void)
@@ -103,353 +85,6 @@ static uint64_t lh_now(void)
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
-
-static void lh_strs_reset(void)
-{
-  memset(lh.slot_of, 0, sizeof lh.slot_of);
-  memcpy(lh.pool, "?", 2);
-  lh.pool_used = 2;
-  lh.strs[0].ptr = NULL;
-  lh.strs[0].off = 0;
-  lh.strs[0].len = 1;
-  lh.nstrs = 1;
-}
-
-/* the index of string s (copied on first sight); 0 when the pool is full.
- * The pointer finds the entry; its copy must still equal s, because a
- * freed string's address can be reused by another one. */
-static int32_t lh_intern_key(const void *key, const char *s, size_t len)
-{
-  if (len > LH_STRMAX) len = LH_STRMAX;
-  uint32_t h = (uint32_t)(((uintptr_t)key >> 3) * 2654435761u) & (LH_STRS * 2 - 1);
-  for (;;) {
-    uint32_t i = lh.slot_of[h];
-    if (i == 0) break;
-    lh_str *e = &lh.strs[i - 1];
-    if (e->ptr == key) {
-      if (e->len == len && memcmp(lh.pool + e->off, s, len) == 0) return (int32_t)(i - 1);
-      break;                     /* reused address: a new entry below */
-    }
-    h = (h + 1) & (LH_STRS * 2 - 1);
-  }
-  if (lh.nstrs >= LH_STRS || lh.pool_used + len + 1 > LH_POOL) return 0;
-  lh_str *e = &lh.strs[lh.nstrs];
-  e->ptr = key;
-  e->off = lh.pool_used;
-  e->len = (uint32_t)len;
-  memcpy(lh.pool + e->off, s, len);
-  lh.pool[e->off + len] = '\0';
-  lh.pool_used += (uint32_t)len + 1;
-  lh.slot_of[h] = ++lh.nstrs;
-  return (int32_t)(lh.nstrs - 1);
-}
-
-static int32_t lh_intern(const char *s)
-{
-  return lh_intern_key(s, s, strnlen(s, LH_STRMAX));
-}
-
-/* ------------------------------------------------ 5.4: the popped leaf
- * Lua 5.4's luaV_execute keeps `trap` in a local, refreshed only at calls,
- * returns, backward jumps and the like ("updatetrap" points), so the hook a
- * signal sets in a function with no loop and no call fires only once that
- * function returned, in its caller: the sample would be charged to the
- * caller.  So the handler also notes which Lua function was running (L->ci,
- * its func slot's LClosure, that closure's Proto, and the ci's savedpc),
- * read with process_vm_readv: the handler interrupts the VM anywhere, a
- * torn pointer gives EFAULT, never a fault.  When the capture finds that
- * CallInfo gone, but as the one just above its top (ci->next of the
- * captured top: a frame popped since the signal, and nothing called
- * since), the noted function is added back as the leaf, at the line of its
- * savedpc (at or before where it was; its linedefined when unusable).
- * The offsets are those of 5.4.0-5.4.6 on LP64; l_start checks them
- * against lua_getstack/lua_getinfo on its own caller before use, and the
- * profile goes without this when they do not match (5.1's VM reads the
- * hook mask at every instruction, so it does not need this). */
-#if LUA_VERSION_NUM == 504 && UINTPTR_MAX == UINT64_MAX
-#define LF_ON 1
-enum {
-  LF_L_CI = 32,                 /* lua_State.ci */
-  LF_CI_FUNC = 0, LF_CI_PREV = 16, LF_CI_NEXT = 24, LF_CI_SAVEDPC = 32,
-  LF_TV_TT = 8,                 /* TValue.tt_ */
-  LF_TAG_LCL = 0x46,            /* ctb(LUA_VLCL) */
-  LF_TAG_LCF = 0x16,            /* LUA_VLCF: a light C function */
-  LF_TAG_CCL = 0x66,            /* ctb(LUA_VCCL): a C closure */
-  LF_GC_TT = 8,                 /* GCObject.tt */
-  LF_VLCL = 6, LF_VPROTO = 10, LF_VSHRSTR = 4, LF_VLNGSTR = 0x14,
-  LF_LCL_P = 24,                /* LClosure.p */
-  LF_P_SIZECODE = 24, LF_P_SIZEABS = 40, LF_P_LD = 44, LF_P_LLD = 48,
-  LF_P_CODE = 64, LF_P_LINEINFO = 88, LF_P_ABS = 96, LF_P_SOURCE = 112,
-  LF_P_SIZE = 120,
-  LF_TS_SHRLEN = 11, LF_TS_LNGLEN = 16, LF_TS_CONTENTS = 24,
-  LF_MAXIWTHABS = 128
-};
-#endif
-
-static struct {
-  int ok;                       /* the offsets passed the self-test */
-  pid_t pid;
-  volatile uintptr_t ci, proto, savedpc;   /* noted at the last signal */
-  volatile uintptr_t cfn;       /* or the C function running there (lua_topointer's) */
-  uint64_t added;               /* leaf frames added back */
-} lf;
-
-#ifdef LF_ON
-static int lf_read(uintptr_t addr, void *out, size_t n) { return pe_peek(lf.pid, addr, out, n); }
-
-static uint64_t lf_u64(const unsigned char *b, int off)
-{
-  uint64_t v;
-  memcpy(&v, b + off, 8);
-  return v;
-}
-
-static int32_t lf_i32(const unsigned char *b, int off)
-{
-  int32_t v;
-  memcpy(&v, b + off, 4);
-  return v;
-}
-
-/* the Proto of the Lua function the CallInfo at ci runs (0 if none), and
- * its savedpc */
-static uintptr_t lf_ci_proto(uintptr_t ci, uintptr_t *savedpc)
-{
-  unsigned char w[40], tv[16], gc[LF_LCL_P + 8];
-  if (!lf_read(ci, w, sizeof w)) return 0;
-  if (!lf_read((uintptr_t)lf_u64(w, LF_CI_FUNC), tv, sizeof tv) || tv[LF_TV_TT] != LF_TAG_LCL) return 0;
-  if (!lf_read((uintptr_t)lf_u64(tv, 0), gc, sizeof gc) || gc[LF_GC_TT] != LF_VLCL) return 0;
-  *savedpc = (uintptr_t)lf_u64(w, LF_CI_SAVEDPC);
-  return (uintptr_t)lf_u64(gc, LF_LCL_P);
-}
-
-/* proto's frame at savedpc: 1, or 0 when it cannot be read.  The line is
- * luaG_getfuncline's (the nearest absolute line, then the deltas); the
- * function's linedefined when savedpc or the line tables do not serve */
-static int lf_frame(uintptr_t proto, uintptr_t savedpc, lh_frame *f)
-{
-  unsigned char p[LF_P_SIZE], ts[LF_TS_CONTENTS];
-  char src[LH_STRMAX];
-  if (!lf_read(proto, p, sizeof p) || p[LF_GC_TT] != LF_VPROTO) return 0;
-  int32_t ld = lf_i32(p, LF_P_LD), lld = lf_i32(p, LF_P_LLD), sizecode = lf_i32(p, LF_P_SIZECODE);
-  uintptr_t sp = (uintptr_t)lf_u64(p, LF_P_SOURCE);
-  if (!lf_read(sp, ts, sizeof ts) || (ts[LF_GC_TT] != LF_VSHRSTR && ts[LF_GC_TT] != LF_VLNGSTR)) return 0;
-  size_t len = ts[LF_GC_TT] == LF_VSHRSTR ? ts[LF_TS_SHRLEN] : (size_t)lf_u64(ts, LF_TS_LNGLEN);
-  if (len > LH_STRMAX) len = LH_STRMAX;
-  if (!lf_read(sp + LF_TS_CONTENTS, src, len)) return 0;
-  int32_t line = ld;
-  uintptr_t code = (uintptr_t)lf_u64(p, LF_P_CODE), li = (uintptr_t)lf_u64(p, LF_P_LINEINFO);
-  int64_t pc = savedpc >= code ? (int64_t)((savedpc - code) / 4) - 1 : -2;
-  if (li && pc >= 0 && pc < sizecode) {
-    int32_t nabs = lf_i32(p, LF_P_SIZEABS), base = ld, basepc = -1;
-    int ok = 1;
-    if (nabs > 0) {
-      int32_t a[2 * 16];
-      int32_t i = (int32_t)(pc / LF_MAXIWTHABS) - 1, n;
-      if (i < 0) i = 0;
-      n = nabs - i < 16 ? nabs - i : 16;
-      if (!lf_read((uintptr_t)lf_u64(p, LF_P_ABS) + (uintptr_t)i * 8, a, (size_t)n * 8)) ok = 0;
-      else if (pc >= a[0]) {
-        int k = 0;
-        while (k + 1 < n && pc >= a[2 * (k + 1)]) k++;
-        basepc = a[2 * k];
-        base = a[2 * k + 1];
-      } else if (i > 0) ok = 0;
-    }
-    signed char d[256];
-    if (ok && pc - basepc <= (int64_t)sizeof d && pc > basepc) {
-      if (lf_read(li + (uintptr_t)(basepc + 1), d, (size_t)(pc - basepc))) {
-        for (int64_t k = 0; k < pc - basepc; k++) base += d[k];
-        line = base;
-      }
-    } else if (ok && pc == basepc) line = base;
-  }
-  if (line < ld || (lld >= ld && line > lld)) line = ld;
-  f->src = lh_intern_key((const char *)(sp + LF_TS_CONTENTS), src, len);
-  f->fn = 0;
-  f->line = line;
-  f->ld = ld;
-  f->lld = lld;
-  return 1;
-}
-
-/* the C function the CallInfo at ci runs, as lua_topointer gives it (the
- * function pointer of a light C function, the CClosure's address), or 0 */
-static uintptr_t lf_ci_cfn(uintptr_t ci)
-{
-  unsigned char w[8], tv[16];
-  if (!lf_read(ci + LF_CI_FUNC, w, sizeof w) || !lf_read((uintptr_t)lf_u64(w, 0), tv, sizeof tv)) return 0;
-  return tv[LF_TV_TT] == LF_TAG_LCF || tv[LF_TV_TT] == LF_TAG_CCL ? (uintptr_t)lf_u64(tv, 0) : 0;
-}
-
-/* in the handler: which Lua function, or else which C function, the
- * started thread runs */
-static void lf_note(lua_State *L)
-{
-  uintptr_t ci, pc = 0, proto;
-  lf.proto = 0;
-  lf.cfn = 0;
-  if (!lf.ok) return;
-  memcpy(&ci, (const char *)L + LF_L_CI, sizeof ci);
-  proto = lf_ci_proto(ci, &pc);
-  lf.ci = ci;
-  lf.savedpc = pc;
-  lf.proto = proto;
-  if (!proto) lf.cfn = lf_ci_cfn(ci);
-}
-
-/* in the capture of the started thread, frames f[0..n) innermost first:
- * adds the noted function back when its frame was popped since the signal
- * (a C function too: the hook a signal sets during a C call fires once it
- * returned, so its frame is never on the captured stack; it comes back as
- * a C frame with its address, which the Lua side names from
- * package.loaded's tables or leaves out) */
-static uint32_t lf_fix(lua_State *L, lh_frame *f, uint32_t n, lh_cap *c)
-{
-  lua_Debug d;
-  uintptr_t proto = lf.proto, cfn = lf.cfn, next;
-  lf.proto = 0;
-  lf.cfn = 0;
-  if ((!proto && !cfn) || !lua_getstack(L, 0, &d) || (uintptr_t)d.i_ci == lf.ci) return n;
-  memcpy(&next, (const char *)d.i_ci + LF_CI_NEXT, sizeof next);
-  if (next != lf.ci) return n;
-  lh_frame nf;
-  if (proto) {
-    if (!lf_frame(proto, lf.savedpc, &nf)) return n;
-  } else {
-    nf.src = 0;
-    nf.line = nf.ld = nf.lld = -1;
-    nf.fn = cfn;
-  }
-  /* a full capture loses the innermost frame of its outer part */
-  uint32_t shift = n == lh.depth ? (n - 1) / 2 : n;
-  memmove(f + 1, f, shift * sizeof *f);
-  f[0] = nf;
-  lf.added++;
-  if (n == lh.depth) { c->more = 1; return n; }
-  return n + 1;
-}
-
-/* l_start's check of the offsets on its own caller (a Lua function): NULL,
- * or what did not match */
-static const char *lf_check(lua_State *L)
-{
-  lua_Debug a0, a1;
-  uintptr_t ci, w[4], pc = 0, proto;
-  lh_frame fr;
-  if (!lua_getstack(L, 0, &a0) || !lua_getstack(L, 1, &a1) || !lua_getinfo(L, "Sl", &a1)
-      || a1.what[0] != 'L')
-    return "luahook_start was not called from a Lua function";
-  if (!lf_read((uintptr_t)L + LF_L_CI, &ci, sizeof ci) || ci != (uintptr_t)a0.i_ci)
-    return "lua_State.ci is not where 5.4.0-5.4.6 have it";
-  if (!lf_read(ci, w, sizeof w) || w[LF_CI_PREV / 8] != (uintptr_t)a1.i_ci)
-    return "CallInfo.previous is not where 5.4.0-5.4.6 have it";
-  if (!lf_read((uintptr_t)a1.i_ci, w, sizeof w) || w[LF_CI_NEXT / 8] != ci)
-    return "CallInfo.next is not where 5.4.0-5.4.6 have it";
-  proto = lf_ci_proto((uintptr_t)a1.i_ci, &pc);
-  if (!proto) return "the caller's CallInfo.func does not lead to its LClosure and Proto";
-  lh_strs_reset();
-  if (!lf_frame(proto, pc, &fr)) return "the caller's Proto could not be read";
-  if (fr.ld != a1.linedefined || fr.lld != a1.lastlinedefined)
-    return "Proto.linedefined is not where 5.4.0-5.4.6 have it";
-  if (strcmp(lh.pool + lh.strs[fr.src].off, a1.source) != 0)
-    return "Proto.source is not where 5.4.0-5.4.6 have it";
-  if (fr.line != a1.currentline)
-    return "the line from CallInfo.savedpc and Proto's line tables differs from currentline";
-  lua_getinfo(L, "f", &a0);              /* luahook_start itself: a C function */
-  uintptr_t self = (uintptr_t)lua_topointer(L, -1);
-  lua_pop(L, 1);
-  if (lf_ci_cfn(ci) != self) return "a C function's CallInfo.func is not where 5.4.0-5.4.6 have it";
-  return NULL;
-}
-#elif LUA_VERSION_NUM == 501 && UINTPTR_MAX == UINT64_MAX && !defined(LUA_JROOT)  /* not LuaJIT */
-/* 5.1: its VM reads the hook mask at every instruction, so a popped Lua
- * function needs nothing; a C function running at the signal has
- * returned by the capture (the hook fires at the next Lua instruction),
- * so the handler notes it: L->ci, its func slot, a Closure with isC set
- * (lua_topointer's address).  The capture adds it back as a C frame when
- * that CallInfo is the one just above the captured top (base_ci[i_ci + 1]
- * of level 0).  The offsets are 5.1.5's on LP64; l_start checks them on
- * itself. */
-#define LF_ON51 1
-enum {
-  LF_L_CI = 40, LF_L_BASE_CI = 80,   /* lua_State.ci, .base_ci */
-  LF_CI_FUNC = 8, LF_CI_SIZE = 40,   /* CallInfo.func, sizeof(CallInfo) */
-  LF_TV_TT = 8, LF_TFUNCTION = 6,    /* TValue.tt (int) */
-  LF_CL_ISC = 10                     /* Closure.c.isC */
-};
-
-static int lf_read(uintptr_t addr, void *out, size_t n) { return pe_peek(lf.pid, addr, out, n); }
-
-static uintptr_t lf_ci_cfn(uintptr_t ci)
-{
-  uintptr_t func, cl;
-  unsigned char tv[16], hdr[16];
-  int tt;
-  if (!lf_read(ci + LF_CI_FUNC, &func, sizeof func) || !lf_read(func, tv, sizeof tv)) return 0;
-  memcpy(&tt, tv + LF_TV_TT, sizeof tt);
-  memcpy(&cl, tv, sizeof cl);
-  if (tt != LF_TFUNCTION || !lf_read(cl, hdr, sizeof hdr) || hdr[LF_CL_ISC] != 1) return 0;
-  return cl;
-}
-
-static void lf_note(lua_State *L)
-{
-  uintptr_t ci;
-  lf.cfn = 0;
-  if (!lf.ok || !lf_read((uintptr_t)L + LF_L_CI, &ci, sizeof ci)) return;
-  lf.ci = ci;
-  lf.cfn = lf_ci_cfn(ci);
-}
-
-static uint32_t lf_fix(lua_State *L, lh_frame *f, uint32_t n, lh_cap *c)
-{
-  lua_Debug d;
-  uintptr_t cfn = lf.cfn, base;
-  lf.cfn = 0;
-  if (!cfn || !lua_getstack(L, 0, &d)) return n;
-  memcpy(&base, (const char *)L + LF_L_BASE_CI, sizeof base);
-  if (base + (uintptr_t)(d.i_ci + 1) * LF_CI_SIZE != lf.ci) return n;
-  lh_frame nf;
-  nf.src = 0;
-  nf.line = nf.ld = nf.lld = -1;
-  nf.fn = cfn;
-  uint32_t shift = n == lh.depth ? (n - 1) / 2 : n;
-  memmove(f + 1, f, shift * sizeof *f);
-  f[0] = nf;
-  lf.added++;
-  if (n == lh.depth) { c->more = 1; return n; }
-  return n + 1;
-}
-
-/* l_start's check of the offsets on itself (a C function at level 0) */
-static const char *lf_check(lua_State *L)
-{
-  lua_Debug a0;
-  uintptr_t ci, base;
-  if (!lua_getstack(L, 0, &a0)) return "luahook_start has no stack level 0";
-  if (!lf_read((uintptr_t)L + LF_L_CI, &ci, sizeof ci) || !lf_read((uintptr_t)L + LF_L_BASE_CI, &base, sizeof base)
-      || ci != base + (uintptr_t)a0.i_ci * LF_CI_SIZE)
-    return "lua_State.ci and .base_ci are not where 5.1.5 has them";
-  lua_getinfo(L, "f", &a0);
-  uintptr_t self = (uintptr_t)lua_topointer(L, -1);
-  lua_pop(L, 1);
-  if (lf_ci_cfn(ci) != self) return "a C function's CallInfo.func is not where 5.1.5 has it";
-  return NULL;
-}
-#else
-static void lf_note(lua_State *L) { (void)L; }
-static uint32_t lf_fix(lua_State *L, lh_frame *f, uint32_t n, lh_cap *c)
-{
-  (void)L; (void)f; (void)c;
-  return n;
-}
-static const char *lf_check(lua_State *L)
-{
-  (void)L;
-  return "only on PUC Lua 5.1 and 5.4 on 64-bit";
-}
-#endif
 
 /* the frame of the function at d's level */
 static void lh_fill(lua_State *L, lua_Debug *d, lh_frame *f)
@@ -533,7 +168,7 @@ static void lh_capture(lua_State *L, uint64_t head)
   if (L != lh.L && n < lh.depth && lua_status(lh.L) == 0 && lua_getstack(lh.L, 0, &d)
       && lua_getinfo(lh.L, "S", &d) && d.what && d.what[0] == 'C')
     n += lh_walk(lh.L, f + n, lh.depth - n, &c->more);
-  if (L == lh.L) n = lf_fix(L, f, n, c);
+  if (L == lh.L) n = lf_fix(L, f, n, lh.depth, &c->more);
   c->n = n;
   lh.fhead = foff + n;
   lh.head++;
@@ -570,7 +205,7 @@ static void lh_hook(lua_State *L, lua_Debug *ar)
    * samples meanwhile pair with the next capture */
   if (lh.quiet_until && lh_now() < lh.quiet_until) {
     lh.shed++;
-    lf.proto = 0;
+    lf_forget();
     return;
   }
   lh_capture(L, head);
@@ -637,7 +272,7 @@ static void lh_release(lua_State *L)
 }
 
 /* _private.luahook_start(event, count|"signal", slots, depth, noleaf) -> true and
- * nil or why the popped leaf is not added back (lf_check); or nil, why.  Arms the event's signal (it needs wakeup_events = 1, and a
+ * nil or why the popped leaf is not added back (puc/frames.c); or nil, why.  Arms the event's signal (it needs wakeup_events = 1, and a
  * mmap page: the hook compares its data_head); a count also sets the
  * standing count hook on the calling thread. */
 static int l_start(lua_State *L)
@@ -688,11 +323,7 @@ static int l_start(lua_State *L)
   lh.head = lh.tail = lh.dropped = 0;
   lh.ncalls = lh.ns = lh.quiet_until = lh.shed = lh.nsig = lh.nsigio = lh.nforeign = 0;
   lh.foreign = 0;
-  lf.pid = getpid();
-  lf.proto = 0;
-  lf.added = 0;
-  const char *why = lua_toboolean(L, 5) ? "hook_leaf=false" : lf_check(L);
-  lf.ok = why == NULL;
+  const char *why = lf_start(L, lua_toboolean(L, 5));
   lh_strs_reset();
   lua_pushvalue(L, 1);
   lh.ev_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -776,9 +407,12 @@ static int l_read(lua_State *L)
     lua_rawseti(L, -2, k++);
     lh.ftail = c->foff + c->n;  /* read: a capture may now reuse them */
   }
-  lua_createtable(L, (int)lh.nstrs, 0);
-  for (uint32_t i = 0; i < lh.nstrs; i++) {
-    lua_pushlstring(L, lh.pool + lh.strs[i].off, lh.strs[i].len);
+  uint32_t nstrs = lh_nstrs();
+  lua_createtable(L, (int)nstrs, 0);
+  for (uint32_t i = 0; i < nstrs; i++) {
+    uint32_t len;
+    const char *s = lh_str(i, &len);
+    lua_pushlstring(L, s, len);
     lua_rawseti(L, -2, (int)i + 1);
   }
   if (!lh.on) {                  /* stopped and now read: the buffer goes */
@@ -793,7 +427,7 @@ static int l_read(lua_State *L)
   if (dladdr((void *)(uintptr_t)lua_gettop, &di) && di.dli_fname) lua_pushstring(L, di.dli_fname);
   else lua_pushnil(L);
   pe_push_u64(L, lh.ns);
-  pe_push_u64(L, lf.added);
+  pe_push_u64(L, lf_added());
   pe_push_u64(L, lh.shed);
   pe_push_u64(L, lh.nsig);
   pe_push_u64(L, lh.nsigio);
