@@ -565,7 +565,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     -- LuaJIT's luaJIT_profile_start reads its mode ("l", "f") first, then
     -- stops the profiler it finds running, and that stop clears the mode:
     -- started over a safe-point profile, jit.profile's traces carry no
-    -- check (session 15: "li1" got 1 callback for 276 samples of one 0.3 s
+    -- check ("li1" gets 1 callback for ~276 samples of one 0.3 s
     -- compiled loop). jit.profile.stop() first releases ours (the
     -- workaround doc/profiling.md gives): 278 callbacks for 278 samples
     local profile = require("jit.profile")
