@@ -66,7 +66,8 @@ static int sys_perf_event_open(struct pe_attr *a, int pid, int cpu, int group_fd
  * FFI route (fast.lua) does those in the trace itself when plain_fd1 says
  * so.  That holds for the read_format pe.open asks for when no rdpmc can
  * be used: no user page, or one whose cap_user_rdpmc was off when it was
- * mapped (software, tracepoint, breakpoint events; this VM's every event).
+ * mapped (software, tracepoint, breakpoint events; every event where
+ * there is no hardware PMU).
  * A kernel that turns rdpmc on later is not noticed: read(2) stays right.
  */
 /* recomputes ev->plain_fd1 after the fd, the mapping or the format changed */

@@ -241,7 +241,7 @@ describe("luaperf record --call-graph dwarf", function()
     -- another suite's lane can do to either tool: up to three tries, each
     -- pair run back to back, and one try with no loss on either side decides.
     -- The child writes its CPU time: the same spin took 25 % more of it in
-    -- one run than in the next on this VM (the host's other load is CPU
+    -- one run than in the next on a shared VM (the host's other load is CPU
     -- time to the guest), so the counts are compared per second of it
     local spin = "build/test/petarget spincpu 300000000 "
     local out, n, lost, pn, plost, cpu, pcpu

@@ -241,7 +241,7 @@ local function check(cases)
                      concat(lines, "; "), n, p.nsamples, nolua, concat(nolua_stacks, " | "), p.nhooked or 0,
                      p.ncaps or 0, p.hook_shed or 0, p.hook_signals, p.hook_sigio, p.hook_foreign, p.lost,
                      stats.describe(stats.last))
-  if os.getenv("PE_DEBUG") then print(msg) end   -- the figures in doc/profiling.md
+  if os.getenv("PE_DEBUG") then print(msg) end   -- the figures in bench/README.md
   -- too few samples would pass by luck: the cases' own CPU time (os.clock,
   -- the drains left out: at 2999 Hz they take most of a loaded machine's
   -- window) sampled at 40 % of FREQ at least, up to the Poisson bound

@@ -408,7 +408,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     -- samples in all, ~600 with 0.6 s, where two runs of the same loop
     -- once came 5.8 points apart; with 4 rounds, ~1000 and ~2000 samples,
     -- a line's two shares differ by 1.9 points (one sd, binomial) and came
-    -- 5.0 apart once in session 14: 8 rounds, 1.35)
+    -- 5.0 apart once: 8 rounds, 1.35)
     local jp, ours = bounds.measure(function()
       return line_rounds(sp_lines, "sp_lines", 8, 1.0, 0.5, { freq = 999 })
     end, { what = "the line rounds", delay = false })
@@ -565,7 +565,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     -- LuaJIT's luaJIT_profile_start reads its mode ("l", "f") first, then
     -- stops the profiler it finds running, and that stop clears the mode:
     -- started over a safe-point profile, jit.profile's traces carry no
-    -- check (session 15: "li1" got 1 callback for 276 samples of one 0.3 s
+    -- check ("li1" gets 1 callback for ~276 samples of one 0.3 s
     -- compiled loop). jit.profile.stop() first releases ours (the
     -- workaround doc/profiling.md gives): 278 callbacks for 278 samples
     local profile = require("jit.profile")
@@ -639,8 +639,8 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
   end)
 
   it("finds LuaJIT's hook flag and table with a sample pending (the flag set, the table hooked)", function()
-    -- (a find that met it returned "G->hookmask not found": three specs
-    -- in one full run under ASan, session 14)
+    -- (a find that did not clear the flag first would return
+    -- "G->hookmask not found")
     local p = assert(pe.profile.start({ freq = 999 }))
     finally(function() p:stop() end)
     -- (the test module's copy of the find: its own count of the scans
@@ -690,8 +690,8 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     -- profile_signal interrupting lj_dispatch_update: its own update hooks
     -- every instruction, then the interrupted one copies the rest of its
     -- table over it (csrc/lj/hook.c). The first entries call the hook, the
-    -- loop's do not: no capture, and the trace exits at every line (the
-    -- spin of session 13's suite, with the table's first entry hooked)
+    -- loop's do not: no capture, and the trace exits at every line (a
+    -- spin, with the table's first entry hooked)
     local LP = pe.core._private
     local p = assert(pe.profile.start({ freq = 999 }))
     finally(function() LP.ljhook_repairs(true) p:stop() jit.on() collectgarbage("restart") end)
@@ -785,7 +785,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     -- spec/support/ljhook_stale.lua makes the state inside jit.profile's
     -- callback, where LuaJIT's own profiler cannot heal it (HOOK_VMEVENT
     -- set): with the repairs off the callback re-dispatches one
-    -- instruction to the hook for ever (session 14's -jp spin), and the
+    -- instruction to the hook for ever (as a -jp run can), and the
     -- child is killed; with them on it ends
     local env = os.getenv("PE_BUILD") and ("PE_BUILD=" .. os.getenv("PE_BUILD") .. " ") or ""
     local cmd = env .. "timeout %d luajit spec/support/ljhook_stale.lua %s 2>&1"
@@ -860,16 +860,15 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     -- its stacks. A sample taken while the other profile's capture runs
     -- (39 of 268 once under ASan and load; 40-60 % when the kernel has
     -- restarted the two clocks together) gets that capture's stack, the
-    -- capture's own code as its leaf (until session 13 its leaf only: 56 of
-    -- 261 with a stack once).  SIGTRAP
+    -- capture's own code as its leaf.  SIGTRAP
     -- is not a queued signal: while a handler runs (all three signals
     -- blocked) a second one due merges with the first. A handler preempted
     -- for a millisecond or more (counted among handlers_slow, over 100 us)
     -- can so lose the sigtrap profile's: 1 of 300 once, under ASan and load
     -- A record stands for the ring's samples at its ip that its signal
     -- came after (the kernel's timer interrupt, late in a VM, took two
-    -- periods' samples with one wakeup): those were "[no signal]" until
-    -- session 11: twice a failure here in storms of steal (once named: sigtrap=false).
+    -- periods' samples with one wakeup); without that they would count
+    -- as "[no signal]" in storms of steal.
     -- The premise, checked: a signal's interrupted ip is its sample's
     local slow = p.handlers_slow or 0
     local names = { [p] = "the sigtrap profile", [q] = "the second (F_SETSIG)", [r] = "sigtrap=false" }

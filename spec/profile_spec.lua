@@ -442,9 +442,9 @@ describe("pe.profile", function()
   -- what each mode must reach: the share of a workload's samples with a C
   -- leaf whose nearest Lua frame is the workload at its call line.
   -- Measured on a loaded 2-core VM: 89-98 % interpreted, 71-98 % compiled
-  -- (table.concat's the lowest; doc/profiling.md, "What was measured")
+  -- (table.concat's the lowest)
   -- under ASan its interceptors' own frames and a stale cur_L->base (see
-  -- doc/profiling.md, Limits) took 116 of 202 compiled C leaves once
+  -- doc/internals/safepoint.md) took 116 of 202 compiled C leaves once
   local cw_min = { interp = 0.8, jit = os.getenv("PE_SUITE") == "asan" and 0.5 or 0.6 }
 
   for _, mode in ipairs({ "interp", "jit" }) do

@@ -39,8 +39,8 @@ describe("ring drain", function()
       end
     end
     assert(ev:disable())
-    -- (session 14: once 1997 in a full run, in the luajit suite; the
-    -- message says where the others went)
+    -- (a full run's load can leave fewer, 1997 once; the message says
+    -- where the others went)
     local r0 = ev:ring()
     local left = 0
     for _ in ev:records() do left = left + 1 end
@@ -118,8 +118,8 @@ describe("ring drain", function()
     end
     local t = {}
     local a, b, c = take(t, true), take(nil, true), take(nil, false)
-    -- (session 11, once in a full run: the second take held fewer than 5;
-    -- not reproduced alone, 3000 times, nor beside the tracepoint specs)
+    -- (once in a full run the second take held fewer than 5; not
+    -- reproduced alone, 3000 times, nor beside the tracepoint specs)
     local function kinds(o)
       local k = {}
       for i, x in ipairs(o) do k[i] = tostring(x[2]) end

@@ -88,8 +88,8 @@ describe("soak", function()
     -- drains as cheap as before), what the thread did meanwhile: its
     -- samples in the kernel (misc's cpumode 1) and in user space, their
     -- commonest ips, its CPU time and the Lua heap (KiB) at both ends
-    -- (session 15: once a 1.07 s gap under lua5.1, with 10676 samples of
-    -- this task in it: on the CPU the whole time)
+    -- (a 1.07 s gap under lua5.1 was seen with 10676 samples of this
+    -- task in it: on the CPU the whole time)
     local gap, most, last, last_cpu, last_kb, at_gap, gap_ips = 0, 0, nil, nil, nil, "", nil
     local function drain()
       local t0 = core.now()

@@ -19,7 +19,7 @@
 -- the unprofiled median divided by the median sample count: CPU time per
 -- sample (only a sign on a noisy machine: see the min column). Run from the repository root
 -- (PE_BUILD=build/asan for the ASan core). The figures in
--- doc/profiling.md come from here.
+-- bench/README.md come from here.
 local jit = rawget(_G, "jit")
 local build = os.getenv("PE_BUILD") or (jit and "build" or ("build/" .. _VERSION:gsub("Lua ", "lua")))
 package.cpath = build .. "/?.so;" .. package.cpath

@@ -7,7 +7,7 @@
 -- time), hook="count"), in the same process and in a rotating order. It prints
 -- the change of the median and of the minimum CPU time (os.clock) of each
 -- against no profile, and the capture time the hook measured itself.
--- Run from the repository root. The figures in doc/profiling.md come
+-- Run from the repository root. The figures in bench/README.md come
 -- from here.
 local build = os.getenv("PE_BUILD") or ("build/" .. _VERSION:gsub("Lua ", "lua"))
 package.cpath = build .. "/?.so;" .. package.cpath

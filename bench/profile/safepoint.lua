@@ -12,7 +12,7 @@
 -- It prints each one's median and
 -- minimum CPU time (this thread's) against no profile, the capture's own time
 -- per sample, and pe.profile's start time and Lua heap growth (median
--- of the rounds). Run from the repository root; doc/profiling.md's figures
+-- of the rounds). Run from the repository root; bench/README.md's figures
 -- come from here.
 local build = os.getenv("PE_BUILD") or "build"
 package.cpath = build .. "/?.so;" .. package.cpath

@@ -1,7 +1,6 @@
 /*
  * lj/hook.c - LuaJIT's profiler hook flag and its dispatch table: found,
- * checked and repaired (the safe-point stacks, lj/signal.c, and the
- * signal-time walk, luaprof.c).  G is read through lj/layout.h.
+ * checked and repaired (the safe-point stacks, lj/signal.c).  G is read through lj/layout.h.
  *
  * LuaJIT keeps the flag (G->hookmask's HOOK_PROFILE, 0x80) apart from
  * the instruction dispatch table that makes the interpreter call the
@@ -22,15 +21,14 @@
  * skips the GC step of an atomic phase (lj_trace_exit: "just exit to
  * interpreter"): a compiled loop that exits at its GC check and whose
  * instructions between the exit and the trace's entry are not hooked
- * re-enters and exits for ever (the spins of sessions 12-13 in
- * lj_trace_exit, 100 % CPU; doc/profiling.md).
+ * re-enters and exits for ever (a spin in lj_trace_exit at 100 % CPU;
+ * doc/internals/safepoint.md).
  * The same race the other way leaves the flag clear, a mode byte without
  * the hook and entries that are the hook (stale): lj_dispatch_update sees
  * no mode change and never rewrites them, and lj_dispatch_profile
- * re-dispatches the same instruction to the hook for ever (session 14: a
- * -jp run of profile_work.lua, found spinning there with hookmask 0x20,
- * mode 0x10 and a hooked table; writing the repair's mode byte by hand
- * ended it).
+ * re-dispatches the same instruction to the hook for ever (a -jp run of
+ * profile_work.lua spins there with hookmask 0x20, mode 0x10 and a hooked
+ * table; writing the repair's mode byte by hand ends it).
  *
  * pe_ljhook_find learns, once per VM, where the flag, the dispatch mode
  * (the byte after it) and the instruction table are, how many entries the
@@ -217,7 +215,7 @@ static int h_stuck(void)
 /* the flag clear, a mode without the hook, and entries that are the hook
  * all the same: lj_dispatch_update, finding the mode unchanged, never
  * rewrites them, and each one calls the hook for ever (lj_dispatch_profile
- * re-dispatches the same instruction: session 14's -jp spin) */
+ * re-dispatches the same instruction: the -jp spin above) */
 static int h_stale_now(void)
 {
   uint8_t m;

@@ -146,7 +146,7 @@ uint64_t lj_cfunc_at(const lj_mem *m, uint64_t l, uint64_t base, uint32_t *slot)
 
 /* ---- global_State ----
  * g: G; curl: &G->cur_L; vmstate: &G->vmstate; mainth: &G->mainthref, or
- * 0 when the word found there is not a thread of this VM */
+ * 0 when the word found there is not a thread of this LuaJIT state */
 typedef struct lj_gstate {
   uint64_t g, curl, vmstate, mainth;
 } lj_gstate;

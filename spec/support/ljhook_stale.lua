@@ -1,7 +1,7 @@
 -- Child of spec/profile_safepoint_spec.lua: LuaJIT's dispatch table left
 -- stale (the hook flag clear, a mode without the hook, the first entries
 -- the hook: csrc/lj/hook.c) inside jit.profile's callback, where LuaJIT's
--- profiler cannot set its flag (HOOK_VMEVENT), as in session 14's -jp
+-- profiler cannot set its flag (HOOK_VMEVENT), as a -jp run can
 -- spin.  pe.profile runs beside it (armed first: its handler still runs on
 -- each of its samples once jit.profile has LuaJIT's profiler).  Run as: luajit ljhook_stale.lua on|off
 -- (the handlers' repairs); prints "done N R" (the callback's loop result,

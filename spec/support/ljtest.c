@@ -119,7 +119,7 @@ static int ljt_luasafe_signal(lua_State *L)
 }
 
 /* ljtest.ljhook_find() -> true | nil, why: this module's copy of the
- * hook flag's search (lj/hook.c), run anew on this VM */
+ * hook flag's search (lj/hook.c), run anew on the running LuaJIT */
 static int ljt_find(lua_State *L)
 {
   const char *why;

@@ -235,7 +235,7 @@ function U.steal_window()
   end
 end
 
---- the time the hypervisor stole from all of this VM's CPUs since boot, in
+--- the time the hypervisor stole from all of the machine's CPUs since boot, in
 -- ms (/proc/stat's steal column, in USER_HZ = 100 ticks), or 0 when unknown:
 -- for judges of two processes (a tool against perf), where one thread's
 -- task-clock cannot tell

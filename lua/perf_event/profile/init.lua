@@ -125,8 +125,8 @@ local function start_safepoint(p, opts)
   if not st.ok then return false, st.reason end
   -- Each sample signals this thread. With sigtrap (Linux 5.13) the kernel
   -- sends SIGTRAP itself on the way back to user space; else a wakeup per
-  -- sample makes it send the fd's signal (F_SETSIG), and on this VM that
-  -- wakeup costs ~10 us a sample (an interrupt of its own)
+  -- sample makes it send the fd's signal (F_SETSIG), and on a 2-vCPU VM
+  -- that wakeup costs ~10 us a sample (an interrupt of its own)
   -- (disabled until armed: a SIGTRAP before its handler ends the process)
   local spec = { event = p.event, exclude_kernel = true, exclude_hv = true, disabled = true,
                  use_clockid = true, clockid = "monotonic", sample_type = "ip|tid|time" }
@@ -254,8 +254,8 @@ function M.start(opts)
               or not opts.period and (opts.freq or 999)
   -- a signal per sample: a clock faster than MAX_WALK_HZ is sampled at
   -- MAX_WALK_HZ, on LuaJIT's safe point and PUC Lua's hook mode alike (at
-  -- 100 kHz this VM's timer interrupts alone made a LuaJIT loop 18x slower,
-  -- and PUC Lua never finished; at 10 kHz, 1.4-1.6x)
+  -- 100 kHz a 2-vCPU VM's timer interrupts alone make a LuaJIT loop 18x
+  -- slower, and PUC Lua never finishes; at 10 kHz, 1.4-1.6x)
   local signalled = jit and opts.stacks ~= false or not jit and LP.luahook_start   -- PUC Lua's hook mode
   if signalled and opts.lua ~= false and hz0 and hz0 > MAX_WALK_HZ then
     local capped = {}
