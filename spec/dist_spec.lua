@@ -43,8 +43,9 @@ describe("the release rockspec", function()
 end)
 
 describe("make dist", function()
-  if not jit then
-    it("is checked in the luajit suite", function() pending("one interpreter is enough") end)
+  -- (the rock is the 5.1 one, loaded by luajit below: one suite runs it)
+  if (os.getenv("PE_SUITE") or (jit and "luajit" or _VERSION:gsub("Lua ", "lua"))) ~= "lua5.1" then
+    it("is checked in the lua5.1 suite", function() pending("one interpreter is enough") end)
     return
   end
   local have_git = select(2, sh("git rev-parse --git-dir >/dev/null 2>&1")) == 0
