@@ -129,12 +129,14 @@ fixtures: build/test/libpetarget.so build/test/petarget build/test/luajit/petest
           build/test/luajit/pesim.so build/test/lua5.4/pesim.so build/test/lua5.1/pesim.so \
           build/test/luajit/ljtest.so
 
-test: fixtures
-	$(MAKE) LUA=luajit
-	$(MAKE) LUA=lua5.4
-	$(MAKE) LUA=lua5.1
-	$(MAKE) asan
-	$(MAKE) fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
+# (the builds two jobs at a time: one per core of the CI machine)
+test:
+	$(MAKE) -j2 fixtures
+	$(MAKE) -j2 LUA=luajit
+	$(MAKE) -j2 LUA=lua5.4
+	$(MAKE) -j2 LUA=lua5.1
+	$(MAKE) -j2 asan
+	$(MAKE) -j2 fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
 	@$(RUNTESTS_LAST)
 
 # runtests' closing "N passed, N failed, N skipped" stays the last line: make

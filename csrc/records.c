@@ -440,40 +440,68 @@ static const char *const ns_names[] = {
   "net", "uts", "ipc", "pid", "user", "mnt", "cgroup"
 };
 
+/* MMAP and MMAP2: the mapping, MMAP2's inode or build-id form */
+static void decode_mmap(lua_State *L, cur *c, uint32_t type, unsigned misc)
+{
+  set_int(L, "pid", g32(c));
+  set_int(L, "tid", g32(c));
+  set_u64(L, "addr", g64(c));
+  set_u64(L, "len", g64(c));
+  set_u64(L, "pgoff", g64(c));
+  if (type == PE_RECORD_MMAP2) {
+    if (misc & PE_RECORD_MISC_MMAP_BUILD_ID) {
+      unsigned n;
+      if (!need(c, 24)) return;
+      n = c->p[c->pos];
+      if (n > 20) { c->err = "mmap2 build_id_size > 20"; return; }
+      set_hex(L, "build_id", c->p + c->pos + 4, n);
+      c->pos += 24;
+    } else {
+      set_int(L, "maj", g32(c));
+      set_int(L, "min", g32(c));
+      set_u64(L, "ino", g64(c));
+      set_u64(L, "ino_generation", g64(c));
+    }
+    set_int(L, "prot", g32(c));
+    set_int(L, "flags", g32(c));
+  }
+  if (c->err) return;
+  set_bool(L, "data", (misc & PE_RECORD_MISC_MMAP_DATA) != 0);
+  set_cstr(L, "filename", c);
+}
+
+/* NAMESPACES: pid, tid and each namespace's dev and inode, by index and by
+ * name (the kernel's order) */
+static void decode_namespaces(lua_State *L, cur *c)
+{
+  uint64_t nr, i;
+  set_int(L, "pid", g32(c));
+  set_int(L, "tid", g32(c));
+  nr = g64(c);
+  if (c->err) return;
+  if (nr > (c->end - c->pos) / 16) { c->err = "namespaces nr exceeds the record"; return; }
+  set_u64(L, "nr_namespaces", nr);
+  lua_createtable(L, (int)nr, 7);
+  for (i = 0; i < nr; i++) {
+    uint64_t dev = g64(c), ino = g64(c);
+    lua_createtable(L, 0, 2);
+    set_u64(L, "dev", dev);
+    set_u64(L, "inode", ino);
+    if (i < 7) { lua_pushvalue(L, -1); lua_setfield(L, -3, ns_names[i]); }
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  lua_setfield(L, -2, "namespaces");
+}
+
 /* the body of a non-SAMPLE record, c covering the body only */
 static void decode_other(lua_State *L, cur *c, uint32_t type, unsigned misc,
                          const pe_decode_cfg *cfg)
 {
   switch (type) {
   case PE_RECORD_MMAP:
-  case PE_RECORD_MMAP2: {
-    set_int(L, "pid", g32(c));
-    set_int(L, "tid", g32(c));
-    set_u64(L, "addr", g64(c));
-    set_u64(L, "len", g64(c));
-    set_u64(L, "pgoff", g64(c));
-    if (type == PE_RECORD_MMAP2) {
-      if (misc & PE_RECORD_MISC_MMAP_BUILD_ID) {
-        unsigned n;
-        if (!need(c, 24)) break;
-        n = c->p[c->pos];
-        if (n > 20) { c->err = "mmap2 build_id_size > 20"; break; }
-        set_hex(L, "build_id", c->p + c->pos + 4, n);
-        c->pos += 24;
-      } else {
-        set_int(L, "maj", g32(c));
-        set_int(L, "min", g32(c));
-        set_u64(L, "ino", g64(c));
-        set_u64(L, "ino_generation", g64(c));
-      }
-      set_int(L, "prot", g32(c));
-      set_int(L, "flags", g32(c));
-    }
-    if (c->err) break;
-    set_bool(L, "data", (misc & PE_RECORD_MISC_MMAP_DATA) != 0);
-    set_cstr(L, "filename", c);
+  case PE_RECORD_MMAP2:
+    decode_mmap(L, c, type, misc);
     break;
-  }
   case PE_RECORD_LOST:
     set_u64(L, "id", g64(c));
     set_u64(L, "lost", g64(c));
@@ -535,26 +563,9 @@ static void decode_other(lua_State *L, cur *c, uint32_t type, unsigned misc,
     set_bool(L, "out", (misc & PE_RECORD_MISC_SWITCH_OUT) != 0);
     set_bool(L, "preempt", (misc & PE_RECORD_MISC_SWITCH_OUT_PREEMPT) != 0);
     break;
-  case PE_RECORD_NAMESPACES: {
-    uint64_t nr, i;
-    set_int(L, "pid", g32(c));
-    set_int(L, "tid", g32(c));
-    nr = g64(c);
-    if (c->err) break;
-    if (nr > (c->end - c->pos) / 16) { c->err = "namespaces nr exceeds the record"; break; }
-    set_u64(L, "nr_namespaces", nr);
-    lua_createtable(L, (int)nr, 7);
-    for (i = 0; i < nr; i++) {
-      uint64_t dev = g64(c), ino = g64(c);
-      lua_createtable(L, 0, 2);
-      set_u64(L, "dev", dev);
-      set_u64(L, "inode", ino);
-      if (i < 7) { lua_pushvalue(L, -1); lua_setfield(L, -3, ns_names[i]); }
-      lua_rawseti(L, -2, (int)i + 1);
-    }
-    lua_setfield(L, -2, "namespaces");
+  case PE_RECORD_NAMESPACES:
+    decode_namespaces(L, c);
     break;
-  }
   case PE_RECORD_KSYMBOL: {
     uint16_t flags;
     set_u64(L, "addr", g64(c));

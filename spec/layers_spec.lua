@@ -302,6 +302,28 @@ describe("sizes", function()
     assert.are.same({}, bad)
   end)
 
+  it("no C function over " .. MAX_LUA_FUNCTION .. " lines", function()
+    -- a function's body: from a '{' alone at the start of a line (the
+    -- house style's definitions) to the next '}' there
+    local bad, seen = {}, 0
+    for _, path in ipairs(listing("find csrc spec/support -name '*.c'")) do
+      local open_at, ln = nil, 0
+      for line in (assert(U.read(path)) .. "\n"):gmatch("([^\n]*)\n") do
+        ln = ln + 1
+        if line == "{" then open_at = ln
+        elseif line == "}" and open_at then
+          seen = seen + 1
+          if ln - open_at - 1 > MAX_LUA_FUNCTION then
+            bad[#bad + 1] = ("%s:%d: %d lines"):format(path, open_at, ln - open_at - 1)
+          end
+          open_at = nil
+        end
+      end
+    end
+    assert.is_true(seen >= 300, "C functions: " .. seen)
+    assert.are.same({}, bad)
+  end)
+
   it("no Lua function over " .. MAX_LUA_FUNCTION .. " lines", function()
     local bad = {}
     for path, f in pairs(files) do
