@@ -241,7 +241,7 @@ soak: fixtures all
 .PHONY: fuzz fuzz-build fuzz-seed test-valgrind soak
 
 # ---- release: make dist -> dist/perf_event-$(VERSION).tar.gz and
-# dist/perf_event-$(VERSION)-1.src.rock (rockspec/perf_event-$(VERSION)-1.rockspec
+# dist/perf_event-$(VERSION)-1.src.rock (rockspec/release/perf_event-$(VERSION)-1.rockspec
 # with the archive, zipped as `luarocks pack` would).  The archive is `git archive` of HEAD: what is committed,
 # not the work tree.
 VERSION := 0.1.0
@@ -251,6 +251,6 @@ dist:
 	@mkdir -p $(DIST)
 	rm -f $(DIST)/perf_event-$(VERSION).tar.gz $(DIST)/perf_event-$(VERSION)-1.src.rock
 	git archive --format=tar.gz --prefix=perf_event-$(VERSION)/ -o $(DIST)/perf_event-$(VERSION).tar.gz HEAD
-	cp rockspec/perf_event-$(VERSION)-1.rockspec $(DIST)/
+	cp rockspec/release/perf_event-$(VERSION)-1.rockspec $(DIST)/
 	cd $(DIST) && zip -q perf_event-$(VERSION)-1.src.rock perf_event-$(VERSION)-1.rockspec perf_event-$(VERSION).tar.gz
 	rm -f $(DIST)/perf_event-$(VERSION)-1.rockspec

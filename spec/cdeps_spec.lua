@@ -60,42 +60,7 @@ local function graph(files)
   return g
 end
 
--- a cycle as a list of files (first == last), or nil
-local function find_cycle(g)
-  local state, stack = {}, {}
-  local function visit(n)
-    state[n] = "open"
-    stack[#stack + 1] = n
-    local callees = {}
-    for m in pairs(g[n] or {}) do callees[#callees + 1] = m end
-    table.sort(callees)
-    for _, m in ipairs(callees) do
-      if state[m] == "open" then
-        local cyc = {}
-        for i = #stack, 1, -1 do
-          table.insert(cyc, 1, stack[i])
-          if stack[i] == m then break end
-        end
-        cyc[#cyc + 1] = m
-        return cyc
-      elseif not state[m] then
-        local c = visit(m)
-        if c then return c end
-      end
-    end
-    stack[#stack] = nil
-    state[n] = "done"
-  end
-  local names = {}
-  for n in pairs(g) do names[#names + 1] = n end
-  table.sort(names)
-  for _, n in ipairs(names) do
-    if not state[n] then
-      local c = visit(n)
-      if c then return c end
-    end
-  end
-end
+local find_cycle = U.find_cycle
 
 -- the order pe_core.h states: file -> its line in the diagram (1 = top)
 local function stated_levels()

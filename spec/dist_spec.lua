@@ -29,7 +29,7 @@ end
 describe("the release rockspec", function()
   it("builds and installs as the scm one does", function()
     local scm = rockspec("rockspec/perf_event-scm-1.rockspec")
-    local rel = rockspec("rockspec/perf_event-" .. VERSION .. "-1.rockspec")
+    local rel = rockspec("rockspec/release/perf_event-" .. VERSION .. "-1.rockspec")
     assert.are.equal(VERSION .. "-1", rel.version)
     assert.are.equal("perf_event-" .. VERSION .. ".tar.gz", rel.source.url)
     for _, k in ipairs({ "package", "rockspec_format", "description", "dependencies", "build",

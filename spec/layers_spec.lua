@@ -153,42 +153,7 @@ local function requires(toks, known, self)
   return out
 end
 
--- a cycle as a list of modules (first == last), or nil
-local function find_cycle(g)
-  local state, stack = {}, {}
-  local function visit(n)
-    state[n] = "open"
-    stack[#stack + 1] = n
-    local next_ = {}
-    for m in pairs(g[n] or {}) do next_[#next_ + 1] = m end
-    table.sort(next_)
-    for _, m in ipairs(next_) do
-      if state[m] == "open" then
-        local cyc = {}
-        for i = #stack, 1, -1 do
-          table.insert(cyc, 1, stack[i])
-          if stack[i] == m then break end
-        end
-        cyc[#cyc + 1] = m
-        return cyc
-      elseif not state[m] then
-        local c = visit(m)
-        if c then return c end
-      end
-    end
-    stack[#stack] = nil
-    state[n] = "done"
-  end
-  local names = {}
-  for n in pairs(g) do names[#names + 1] = n end
-  table.sort(names)
-  for _, n in ipairs(names) do
-    if not state[n] then
-      local c = visit(n)
-      if c then return c end
-    end
-  end
-end
+local find_cycle = U.find_cycle
 
 local function scan_all()
   local files, known = {}, {}

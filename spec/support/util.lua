@@ -381,4 +381,43 @@ function U.perf_attr_blocks(out)
   return blocks
 end
 
+--- a cycle of the directed graph g (g[a][b]: an edge a -> b) as a list of
+-- nodes (first == last), or nil; nodes are visited in sorted order, so the
+-- same graph gives the same cycle (spec/layers_spec.lua, spec/cdeps_spec.lua)
+function U.find_cycle(g)
+  local state, stack = {}, {}
+  local function visit(n)
+    state[n] = "open"
+    stack[#stack + 1] = n
+    local next_ = {}
+    for m in pairs(g[n] or {}) do next_[#next_ + 1] = m end
+    table.sort(next_)
+    for _, m in ipairs(next_) do
+      if state[m] == "open" then
+        local cyc = {}
+        for i = #stack, 1, -1 do
+          table.insert(cyc, 1, stack[i])
+          if stack[i] == m then break end
+        end
+        cyc[#cyc + 1] = m
+        return cyc
+      elseif not state[m] then
+        local c = visit(m)
+        if c then return c end
+      end
+    end
+    stack[#stack] = nil
+    state[n] = "done"
+  end
+  local names = {}
+  for n in pairs(g) do names[#names + 1] = n end
+  table.sort(names)
+  for _, n in ipairs(names) do
+    if not state[n] then
+      local c = visit(n)
+      if c then return c end
+    end
+  end
+end
+
 return U

@@ -6,7 +6,9 @@
 --   luarocks install dist/perf_event-0.1.0-1.src.rock
 --
 -- The source url is the archive's name, relative to where luarocks runs: the
--- project publishes no archive of its own yet.  The build and install steps
+-- project publishes no archive of its own yet.  This file lives apart from
+-- rockspec/perf_event-scm-1.rockspec so that `luarocks make
+-- rockspec/*.rockspec` in a checkout still names one rockspec.  The build and install steps
 -- are the scm rockspec's (spec/rock_spec.lua checks that the two agree).
 rockspec_format = "3.0"
 package = "perf_event"
