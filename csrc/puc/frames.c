@@ -55,6 +55,29 @@ static struct {
   uint64_t added;               /* leaf frames added back */
 } lf;
 
+/* lf_fix's last step, both layouts: nf (the noted function) becomes the
+ * innermost of f[0..n); a full capture (n == depth) loses the innermost
+ * frame of its outer part and says it is cut (*more) */
+static inline uint32_t lf_insert(lh_frame *f, uint32_t n, uint32_t depth, uint32_t *more, lh_frame nf)
+{
+  uint32_t shift = n == depth ? (n - 1) / 2 : n;
+  memmove(f + 1, f, shift * sizeof *f);
+  f[0] = nf;
+  lf.added++;
+  if (n == depth) { *more = 1; return n; }
+  return n + 1;
+}
+
+/* a C function's frame (lua_topointer's address; named on the Lua side) */
+static inline lh_frame lf_cframe(uintptr_t cfn)
+{
+  lh_frame nf;
+  nf.src = 0;
+  nf.line = nf.ld = nf.lld = -1;
+  nf.fn = cfn;
+  return nf;
+}
+
 #ifdef LF_ON
 static int lf_read(uintptr_t addr, void *out, size_t n) { return pe_peek(lf.pid, addr, out, n); }
 
@@ -178,17 +201,9 @@ uint32_t lf_fix(lua_State *L, lh_frame *f, uint32_t n, uint32_t depth, uint32_t 
   if (proto) {
     if (!lf_frame(proto, lf.savedpc, &nf)) return n;
   } else {
-    nf.src = 0;
-    nf.line = nf.ld = nf.lld = -1;
-    nf.fn = cfn;
+    nf = lf_cframe(cfn);
   }
-  /* a full capture loses the innermost frame of its outer part */
-  uint32_t shift = n == depth ? (n - 1) / 2 : n;
-  memmove(f + 1, f, shift * sizeof *f);
-  f[0] = nf;
-  lf.added++;
-  if (n == depth) { *more = 1; return n; }
-  return n + 1;
+  return lf_insert(f, n, depth, more, nf);
 }
 
 /* l_start's check of the offsets on its own caller (a Lua function): NULL,
@@ -271,16 +286,7 @@ uint32_t lf_fix(lua_State *L, lh_frame *f, uint32_t n, uint32_t depth, uint32_t 
   if (!cfn || !lua_getstack(L, 0, &d)) return n;
   memcpy(&base, (const char *)L + LF_L_BASE_CI, sizeof base);
   if (base + (uintptr_t)(d.i_ci + 1) * LF_CI_SIZE != lf.ci) return n;
-  lh_frame nf;
-  nf.src = 0;
-  nf.line = nf.ld = nf.lld = -1;
-  nf.fn = cfn;
-  uint32_t shift = n == depth ? (n - 1) / 2 : n;
-  memmove(f + 1, f, shift * sizeof *f);
-  f[0] = nf;
-  lf.added++;
-  if (n == depth) { *more = 1; return n; }
-  return n + 1;
+  return lf_insert(f, n, depth, more, lf_cframe(cfn));
 }
 
 /* l_start's check of the offsets on itself (a C function at level 0) */

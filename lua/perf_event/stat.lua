@@ -19,16 +19,7 @@ local function core() return require("perf_event.core") end
 
 local abi = core().abi
 
-local function num(v)
-  if type(v) == "number" then return v end
-  return tonumber(v) or tonumber(tostring(v):match("^(%d+)")) or 0
-end
-
-local function type_of(attr)
-  local t = attr.type
-  if type(t) == "string" and abi.type[t] then return abi.type[t] end
-  return tonumber(t)
-end
+local num, type_of = report._num, report._type_of
 
 -- ------------------------------------------------------------- event specs
 

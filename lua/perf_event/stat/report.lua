@@ -31,6 +31,8 @@ end
 --- The metatable of results (perf_event.stat's `Result`).
 local Result = {}
 M.Result = Result
+-- the helpers perf_event.stat shares (not a public interface)
+M._num, M._type_of = num, type_of
 
 -- ------------------------------------------------------------- metrics
 
