@@ -197,7 +197,7 @@ describe("exported symbols", function()
   it("what the specs do to LuaJIT on purpose is in ljtest.so, not in core.so", function()
     local core = require("perf_event.core")
     local P = core._private
-    for _, name in ipairs({ "ljhook_tear", "ljhook_signal", "ljhook_find", "luasafe_signal", "luasafe_cover" }) do
+    for _, name in ipairs({ "ljhook_tear", "ljhook_signal", "ljhook_find", "ljhook_repairs", "luasafe_signal", "luasafe_cover" }) do
       assert.is_nil(P[name], "core._private." .. name)
       assert.is_nil(core[name], "core." .. name)
     end
@@ -208,7 +208,7 @@ describe("exported symbols", function()
     local dir = (build:match("asan$") and "build/test/asan") or "build/test/" .. suite
     assert.same({ "luaopen_ljtest" }, dynsyms(dir .. "/ljtest.so"))
     local T = require("ljtest")
-    for _, name in ipairs({ "ljhook_tear", "ljhook_signal", "ljhook_find", "luasafe_signal", "luasafe_cover" }) do
+    for _, name in ipairs({ "ljhook_tear", "ljhook_signal", "ljhook_find", "ljhook_repairs", "luasafe_signal", "luasafe_cover" }) do
       assert.is_function(T[name], "ljtest." .. name)
     end
   end)

@@ -656,6 +656,12 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     p:stop()
   end)
 
+  -- core.so's repairs on or off (ljtest writes the switch at the address
+  -- its ljhook_stats reports)
+  local function set_repairs(on)
+    assert(require("ljtest").ljhook_repairs(pe.core._private.ljhook_stats(), on))
+  end
+
   -- the samples of one call of sp_lua after a torn dispatch table
   -- (ljtest.ljhook_tear(stats, from), at the addresses core.so's
   -- ljhook_stats reports: the flag set, the entries from `from` on without
@@ -669,7 +675,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     p:drain()
     p:drain()   -- (the samples the first drain took: its symbol lookups)
     local first = #p.samples
-    LP.ljhook_repairs(repairs)
+    set_repairs(repairs)
     local r0 = stats().repaired
     -- from the tear to the check after the loop only opcodes above `from`,
     -- not hooked (UGET, CALL, TGETS, MOV, KNUM: no luassert, no test)
@@ -678,7 +684,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     sp_lua(2e7)   -- one call, ~0.15 s compiled: no trace event meanwhile
     local spent = clock() - t0
     local st = stats()
-    LP.ljhook_repairs(true)
+    set_repairs(true)
     assert.is_true(torn)
     p:drain()
     local n, inloop = #p.samples - first, 0
@@ -694,7 +700,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     -- spin, with the table's first entry hooked)
     local LP = pe.core._private
     local p = assert(pe.profile.start({ freq = 999 }))
-    finally(function() LP.ljhook_repairs(true) p:stop() jit.on() collectgarbage("restart") end)
+    finally(function() set_repairs(true) p:stop() jit.on() collectgarbage("restart") end)
     assert.equal(true, LP.ljhook_stats().found)
     assert.equal(89, LP.ljhook_stats().n)   -- BC_FUNCF: the instructions the hook takes
     sp_lua(100000)   -- compiled
@@ -738,7 +744,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     local on_bc = function() end
     jit.attach(on_bc, "bc")
     finally(function()
-      LP.ljhook_repairs(true)
+      set_repairs(true)
       jit.attach(on_bc)
       if p then p:stop() end
       profile.stop()
@@ -755,14 +761,14 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
     -- jit.profile's callbacks in one call of sp_lua, with the state made
     -- first (stuck) or not
     local function run(stuck, repairs)
-      LP.ljhook_repairs(repairs)
+      set_repairs(repairs)
       local r0 = LP.ljhook_stats().repaired
       if stuck then require("ljtest").ljhook_signal(loadstring, "return 1") end
       local made = LP.ljhook_stats().stuck
       local c0 = calls
       sp_lua(2e7)   -- ~0.15 s compiled
       local n, repaired = calls - c0, LP.ljhook_stats().repaired - r0
-      LP.ljhook_repairs(true)
+      set_repairs(true)
       return made, n, repaired
     end
     local _, plain = run(false, true)

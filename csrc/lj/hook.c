@@ -73,7 +73,7 @@ static uint32_t h_n;               /* instruction entries */
 static const char *h_why = "not looked for";
 static volatile uint64_t h_repaired, h_stale;
 static uint64_t h_npending;        /* scans that met a sample pending */
-static volatile int h_off;         /* tests: repairs switched off */
+static volatile int h_off;         /* repairs switched off (a test, through off_at) */
 
 static int h_peek(uint64_t a, void *out, size_t n) { return lj_read(&LJ_SELF, a, out, n); }
 
@@ -246,14 +246,16 @@ uint64_t pe_ljhook_repaired(void) { return h_repaired; }
 void pe_ljhook_forget(void) { h_hm = 0; }
 
 /* _private.ljhook_stats() -> {found=true|why, repaired=, rewritten=,
- * stuck=, stale=, n=, pending=, hookmask=, mode=, g=, hookmask_at=,
- * dispatch_at=, hook=}: flags cleared, stale tables made to be rewritten,
- * the two states now, the entries, the scans that met a sample pending,
- * and (when found) the two bytes, and the addresses of G, of the flag's
- * byte and of the table, and the hook's entry */
+ * stuck=, stale=, n=, pending=, off_at=, hookmask=, mode=, g=,
+ * hookmask_at=, dispatch_at=, hook=}: flags cleared, stale tables made to
+ * be rewritten, the two states now, the entries, the scans that met a
+ * sample pending, the address of the int that turns the repairs off (only
+ * spec/support/ljtest.c writes it: ljtest.ljhook_repairs), and (when
+ * found) the two bytes, and the addresses of G, of the flag's byte and of
+ * the table, and the hook's entry */
 static int l_stats(lua_State *L)
 {
-  lua_createtable(L, 0, 13);
+  lua_createtable(L, 0, 14);
   if (h_hm) lua_pushboolean(L, 1); else lua_pushstring(L, h_why);
   lua_setfield(L, -2, "found");
   lua_pushnumber(L, (lua_Number)h_repaired); lua_setfield(L, -2, "repaired");
@@ -262,6 +264,7 @@ static int l_stats(lua_State *L)
   lua_pushboolean(L, h_stale_now()); lua_setfield(L, -2, "stale");
   lua_pushinteger(L, (lua_Integer)h_n); lua_setfield(L, -2, "n");
   lua_pushnumber(L, (lua_Number)h_npending); lua_setfield(L, -2, "pending");
+  lua_pushnumber(L, (lua_Number)(uintptr_t)&h_off); lua_setfield(L, -2, "off_at");
   if (h_hm) {
     lua_pushinteger(L, LD8(h_hm)); lua_setfield(L, -2, "hookmask");
     lua_pushinteger(L, LD8(h_hm + 1)); lua_setfield(L, -2, "mode");
@@ -271,15 +274,6 @@ static int l_stats(lua_State *L)
     lua_pushnumber(L, (lua_Number)h_hook); lua_setfield(L, -2, "hook");
   }
   return 1;
-}
-
-/* _private.ljhook_repairs(on): the handlers' repairs on (the default) or
- * off: a diagnostic switch, which the specs use to show what a repair
- * changes */
-static int l_repairs(lua_State *L)
-{
-  h_off = !lua_toboolean(L, 1);
-  return 0;
 }
 
 #else
@@ -299,14 +293,13 @@ static int l_stats(lua_State *L)
 }
 
 void pe_ljhook_forget(void) {}
-static int l_repairs(lua_State *L) { (void)L; return 0; }
 
 #endif
 
 void pe_open_ljhook(lua_State *L)
 {
   static const luaL_Reg fns[] = {
-    {"ljhook_stats", l_stats}, {"ljhook_repairs", l_repairs}, {NULL, NULL}
+    {"ljhook_stats", l_stats}, {NULL, NULL}
   };
   pe_push_private(L, lua_gettop(L));
   pe_setfuncs(L, fns);

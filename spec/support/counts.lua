@@ -3,7 +3,9 @@
 -- are appended to it as "passed failed skipped" so tools/runtests can add
 -- up several runs and print the final "N passed, N failed" line.  When
 -- PE_CURRENT names a file, it holds the name of the test running (so that
--- tools/runtests can name the test of a suite it had to kill).
+-- tools/runtests can name the test of a suite it had to kill).  When
+-- PE_TIMES names a file, each test's wall time is appended to it as
+-- "seconds<TAB>suite<TAB>file<TAB>name" (tools/runtests: PE_TIMES=FILE).
 return function(options)
   local busted = require("busted")
   local handler = require("busted.outputHandlers.base")()
@@ -20,6 +22,32 @@ return function(options)
     if f then
       f:write(name_of(element), "\n")
       f:close()
+    end
+    return nil, true
+  end
+
+  local times = os.getenv("PE_TIMES")
+  local started = {}
+  local function uptime()
+    local f = io.open("/proc/uptime")
+    local t = f and f:read("*n")
+    if f then f:close() end
+    return t or os.time()
+  end
+  local function time_start(element)
+    started[element] = uptime()
+    return nil, true
+  end
+  local function time_end(element)
+    local t0 = started[element]
+    if t0 then
+      started[element] = nil
+      local f = io.open(times, "a")
+      if f then
+        local src = element.trace and element.trace.short_src or "?"
+        f:write(("%.2f\t%s\t%s\t%s\n"):format(uptime() - t0, suite, src, name_of(element)))
+        f:close()
+      end
     end
     return nil, true
   end
@@ -62,6 +90,10 @@ return function(options)
   end
 
   if current then busted.subscribe({ "test", "start" }, handler.testStart) end
+  if times then
+    busted.subscribe({ "test", "start" }, time_start)
+    busted.subscribe({ "test", "end" }, time_end)
+  end
   busted.subscribe({ "test", "end" }, handler.testEnd, { predicate = handler.cancelOnPending })
   busted.subscribe({ "suite", "end" }, handler.suiteEnd)
   busted.subscribe({ "error", "file" }, handler.error)

@@ -33,7 +33,7 @@ profile.start("li1", function()
   result = work(1e5)
 end)
 assert(LP.ljhook_stats().found == true, "the hook flag and table not found")
-LP.ljhook_repairs(arg[1] ~= "off")
+assert(T.ljhook_repairs(LP.ljhook_stats(), arg[1] ~= "off"))
 armed = true
 jit.off()
 local t0 = os.clock()

@@ -13,6 +13,7 @@
  * signals, LuaJIT's own handler, LuaJIT's memory).
  *
  *   ljtest.ljhook_tear(stats, from [, flag]) -> true | nil, why
+ *   ljtest.ljhook_repairs(stats, on) -> true | nil, why
  *   ljtest.ljhook_signal(f, ...)   -> f's results, after a SIGPROF
  *   ljtest.luasafe_signal(f, ...)  -> f's results, after profile_signal
  *   ljtest.ljhook_find()           -> true | nil, why (this module's copy)
@@ -165,11 +166,30 @@ static int ljt_cover(lua_State *L)
   return 1;
 }
 
+/* ljtest.ljhook_repairs(stats, on) -> true | nil, why: core.so's repairs
+ * on (its default) or off, at the address its ljhook_stats() (stats)
+ * reports: the specs' controls, showing what a repair changes */
+static int ljt_repairs(lua_State *L)
+{
+  uint64_t a;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  a = ljt_addr(L, 1, "off_at");
+  if (!a) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "stats without off_at");
+    return 2;
+  }
+  *(volatile int *)(uintptr_t)a = !lua_toboolean(L, 2);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 int luaopen_ljtest(lua_State *L)
 {
   static const luaL_Reg funcs[] = {
     {"ljhook_tear", ljt_tear}, {"ljhook_signal", ljt_ljhook_signal}, {"luasafe_signal", ljt_luasafe_signal},
-    {"ljhook_find", ljt_find}, {"luasafe_cover", ljt_cover}, {NULL, NULL}
+    {"ljhook_find", ljt_find}, {"luasafe_cover", ljt_cover}, {"ljhook_repairs", ljt_repairs},
+    {NULL, NULL}
   };
   if (!pe_lj_here()) return luaL_error(L, "ljtest: needs LuaJIT (x86-64)");
   lua_newtable(L);
