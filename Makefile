@@ -213,14 +213,22 @@ FUZZ_SECONDS ?= 5
 # seconds per fuzz target inside `make test`
 TEST_FUZZ_SECONDS ?= 5
 FUZZ_TARGETS := readfmt records attr
-FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -fno-omit-frame-pointer -std=gnu11 -Wall -Wextra -Werror -I/usr/include/lua5.4 -Icsrc
+FUZZ_SAN := address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_CFLAGS := -g -O1 -std=gnu11 -Wall -Wextra -Werror -I/usr/include/lua5.4 -Icsrc
 FUZZ_LUA_LIB := $(shell pkg-config --variable=libdir lua5.4 2>/dev/null || echo /usr/lib/x86_64-linux-gnu)/liblua5.4.a
+# the core's sources and the simulators (pesim.c), compiled once with the
+# fuzzers' instrumentation, linked into each fuzzer
+FUZZ_OBJS := $(patsubst csrc/%.c,build/fuzz/obj/%.o,$(SRCS)) build/fuzz/obj/pesim.o
+.SECONDARY: $(FUZZ_OBJS)
 
-# the fuzzers link the core's sources and the simulators (pesim.c)
-build/fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h spec/support/pesim.c $(SRCS) $(HDRS) Makefile
+build/fuzz/obj/%.o: csrc/%.c $(HDRS) Makefile
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) $< spec/support/pesim.c $(SRCS) $(FUZZ_LUA_LIB) -lm -ldl -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,$(FUZZ_SAN) -c $< -o $@
+build/fuzz/obj/pesim.o: spec/support/pesim.c $(HDRS) Makefile
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,$(FUZZ_SAN) -c $< -o $@
+build/fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h $(FUZZ_OBJS) $(HDRS) Makefile
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,$(FUZZ_SAN) $< $(FUZZ_OBJS) $(FUZZ_LUA_LIB) -lm -ldl -o $@
 
 fuzz-build: $(addprefix build/fuzz/fuzz_,$(FUZZ_TARGETS))
 

@@ -29,7 +29,6 @@ local JUDGE_JP = jit and (os.getenv("PE_CLASSES_JUDGE") or ""):match("^jit%.prof
 local FREQ = 1999        -- about 1000 samples a class: a share's sampling error is ~1.6 points
 local BUDGET = JUDGE_JP and 2 or 0.5   -- CPU seconds of rotation per class
 local UNIT = 0.002       -- CPU seconds of the cheapest call
-local LINE_SYS = 0.03    -- a line's share, pe.profile's against jit.profile's
 -- what the profile's share of a function may differ from os.clock's beside
 -- sampling error, in points: os.clock's reads around each call and the
 -- call boundaries a sample may fall either side of
@@ -515,21 +514,6 @@ local CLASSES = {
       { name = "mx_closures", f = mx_closures, w = 1 } } },
 }
 
--- ------------------------------------------------------------ line level (LuaJIT)
-
-local sin = math.sin
-local function line_loop(n)
-  local a, b, c = 0, 0, 0
-  for i = 1, n do
-    a = a + i % 7
-    b = b + sin(i) + sin(i + 0.5)
-    c = c + sin(i * 1.1) + sin(i * 1.3) + sin(i * 1.7) + sin(i * 1.9) + sin(i * 2.3) + sin(i * 2.9)
-  end
-  return a + b + c
-end
-local LL = debug.getinfo(line_loop, "S").linedefined
-local BODY = { LL + 3, LL + 4, LL + 5 }
-
 describe("pe.profile on classes of code #classes", function()
   setup(function()
     -- the self-tests run on the first start in a process: not in a class's window
@@ -554,88 +538,4 @@ describe("pe.profile on classes of code #classes", function()
       end)
     end
   end
-
-  if not jit then
-    pending("line shares of a compiled loop against jit.profile: LuaJIT only")
-    return
-  end
-
-  it("line shares of a compiled loop match jit.profile's", function()
-    local jp = require("jit.profile")
-    local N = 20000
-    line_loop(N)
-    -- LuaJIT's own profiler, at safe points: "i1" asks for one sample a
-    -- millisecond, ITIMER_PROF gives one every 4 ms here. Each start of
-    -- either profiler flushes the traces, and the loop's new trace moves a
-    -- line's share by a few points: 8 rounds of 0.75 s of jit.profile
-    -- then 0.15 s of pe.profile (~1500 and ~1200 samples), so that both
-    -- average the same recompilations. (One 1.2 s run of jit.profile, ~300
-    -- samples, then one of pe.profile was 6 points off in 3 of ~10 runs,
-    -- either way; 6 rounds of 0.5 s gave jit.profile 20.0-26.1 % on the
-    -- 2-call line, pe.profile 23.7-25.7 %, in 6 runs.)
-    local jcount, jtotal, pcount, ptotal = {}, 0, {}, 0
-    local want = CHUNK:match("[^/]*$")
-    local function jp_sample(th, samples)
-      local s = jp.dumpstack(th, "l", 1)
-      local chunk, line = s:match("^(.-):(%d+)$")
-      if chunk and (chunk == CHUNK or chunk:match("[^/]*$") == want) then
-        line = tonumber(line)
-        jcount[line] = (jcount[line] or 0) + samples
-        jtotal = jtotal + samples
-      end
-    end
-    local function loop_for(secs)
-      local t0 = clock()
-      while clock() - t0 < secs do line_loop(N) end
-    end
-    for _ = 1, 8 do
-      jp.start("li1", jp_sample)
-      local ok, err = pcall(loop_for, 0.75)
-      jp.stop()
-      assert(ok, err)
-      -- pe.profile, same loop, same process
-      local p = start_profile()
-      ok, err = pcall(loop_for, 0.15)
-      p:stop()
-      assert(ok, err)
-      for _, st in ipairs(p:aggregate()) do
-        for i = #st.frames, 1, -1 do
-          local fr = st.frames[i]
-          if fr.lua then
-            if fr.lua.chunk == CHUNK and fr.lua.linedefined == LL then
-              pcount[fr.line] = (pcount[fr.line] or 0) + st.count
-              ptotal = ptotal + st.count
-            end
-            break
-          end
-        end
-      end
-    end
-    local parts, bad = {}, {}
-    for _, l in ipairs(BODY) do
-      local js, ps = pct(jcount[l] or 0, jtotal), pct(pcount[l] or 0, ptotal)
-      parts[#parts + 1] = format("line %d: jit.profile %.1f%%, pe.profile %.1f%%", l, js, ps)
-      -- two samplings: the normal bound on their difference (stats.two_shares)
-      -- plus LINE_SYS points (a recompiled trace moves a line's share)
-      local ok, why = stats.two_shares("line " .. l, jcount[l] or 0, jtotal, pcount[l] or 0, ptotal, LINE_SYS)
-      if not ok then bad[#bad + 1] = why end
-    end
-    local others = {}
-    for l, k in pairs(pcount) do
-      if l ~= BODY[1] and l ~= BODY[2] and l ~= BODY[3] then others[#others + 1] = format("%d:%d", l, k) end
-    end
-    sort(others)
-    local msg = format("[%s] %s (%d and %d samples of line_loop; pe.profile's other lines %s)", SUITE,
-                       concat(parts, "; "), jtotal, ptotal, #others > 0 and concat(others, " ") or "none")
-    if REPORT then io.stderr:write((#bad == 0 and "PASS" or "FAIL") .. " line level | " .. msg .. "\n") end
-    -- too few samples would pass by luck: jit.profile's ITIMER_PROF ticks
-    -- every 4 ms (1500 due in 6 s), pe.profile FREQ in 1.2 s; allowed: a
-    -- third of jit.profile's, three quarters of pe.profile's (the kernel
-    -- lowers the rate under load, and samples outside line_loop)
-    local ok, why = stats.count_at_least("jit.profile's samples", jtotal, 1500, 1 / 3)
-    assert.is_true(ok, why .. "; " .. msg)
-    ok, why = stats.count_at_least("pe.profile's samples", ptotal, FREQ * 1.2, 0.75)
-    assert.is_true(ok, why .. "; " .. msg)
-    assert.equal(0, #bad, concat(bad, "; ") .. "; " .. msg)
-  end)
 end)
