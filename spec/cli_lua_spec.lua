@@ -543,7 +543,10 @@ print("parent " .. ffi.C.getpid())
     end
     assert.is_true(bc >= 3, table.concat(c, "\n"))   -- inherited prototypes, written again
     assert.is_true(tr >= 1, table.concat(c, "\n"))   -- the child's own trace
-    for _, l in ipairs(pl) do assert.falsy(l:find("%[trace"), l) end
+    -- none of the child's traces in the parent's map (the parent may have
+    -- traces of its own: luamap's handler loop, when LuaJIT's hot counters,
+    -- shared by address, count it hot)
+    for _, l in ipairs(pl) do assert.falsy(l:find("worker_loop@.*%[trace"), l) end
   end)
 
   it("leaves alone a map an earlier process with the same pid left", function()
