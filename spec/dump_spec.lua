@@ -8,6 +8,7 @@
 -- one call path they have.  luaperf runs under the suite's interpreter; the
 -- targets are LuaJIT.
 local U = require("support.util")
+local N = require("support.nginx")
 
 local TARGET = "spec/support/dump_target.lua"
 local have_luajit = U.sh("command -v luajit") ~= ""
@@ -203,5 +204,89 @@ describe("luaperf dump --lua -p PID", function()
                   .. "user or as root)\n"):format(roots.pid), text)
     assert.equal("ready\nread go\n", (finish(mine)))
     assert.equal("ready\nread go\n", (finish(roots)))
+  end)
+
+  -- an nginx whose handler knows nothing of perf_event: a worker blocked
+  -- in it (opening a FIFO nobody writes yet), then idle between requests
+  local NGINX_CONF = [[
+worker_processes 1;
+pid logs/nginx.pid;
+error_log logs/error.log info;
+load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
+events { worker_connections 64; }
+http {
+    access_log off;
+    lua_package_path "@LUA_PATH@;;";
+    lua_package_cpath "@LUA_CPATH@;;";
+    server {
+        listen 127.0.0.1:@PORT@;
+        location = /hello { content_by_lua_block { ngx.say("hello") } }
+        location = /block { content_by_lua_block { require("blocker").handle() } }
+    }
+}
+]]
+  local BLOCKER = [[
+local M = {}
+local function wait_line(path)
+  local f = io.open(path, "r")   --@open
+  local l = f:read("*l")
+  f:close()
+  return l
+end
+function M.handle()
+  local l = wait_line(ngx.config.prefix() .. "fifo")   --@wait
+  ngx.say("got ", tostring(l))
+end
+return M
+]]
+  local function line_in(text, marker)
+    local n = 0
+    for l in text:gmatch("([^\n]*)\n") do
+      n = n + 1
+      if l:find(marker, 1, true) then return n end
+    end
+  end
+
+  it("dumps an nginx worker blocked in a handler, exactly, and idle between requests; --children from the master",
+     function()
+    local why = N.skip_reason("the nginx dump test")
+    if why then pending(why) return end
+    local dir = N.prepare("dump")
+    local master, curl
+    finally(function()
+      if curl then U.sh("kill " .. curl .. " 2>/dev/null") end
+      N.stop(master)
+      N.remove(dir)
+    end)
+    local src = BLOCKER:gsub("%s*%-%-@%w+", "")
+    N.write(dir .. "/lua/blocker.lua", src)
+    U.sh("chmod 644 " .. dir .. "/lua/blocker.lua && mkfifo -m 666 " .. dir .. "/fifo")
+    local base
+    base, master = N.start(dir, { edit = function() return NGINX_CONF end })
+    local children = U.luaperf("dump --lua --children -p " .. master)
+    local worker = children:match("\nProcess (%d+): nginx: worker process")
+    assert.truthy(worker, children)
+    -- the master loaded the Lua module too: its VM runs no Lua
+    assert.truthy(children:find(("^Process %s: nginx: master process"):format(master)), children)
+    assert.truthy(children:find("Thread " .. worker .. " %(LuaJIT VM 0x%x+%): idle, not in Lua\n"), children)
+    curl = tonumber(U.sh("sh -c 'curl -s -m 20 -o " .. dir .. "/got " .. base .. "/block >/dev/null 2>&1 & echo $!'"))
+    local text
+    wait_until("the worker in the handler", function()
+      text = U.luaperf("dump --lua -p " .. worker)
+      return text:find("io.open", 1, true)
+    end)
+    local lines, fr = frames_of(text)
+    assert.equal(("Process %s: nginx: worker process"):format(worker), lines[1])
+    assert.truthy(lines[3]:find(("^Thread %s %%(LuaJIT VM 0x%%x+%%): C$"):format(worker)), text)
+    local file = dir .. "/lua/blocker.lua"
+    local conf_line = line_in(NGINX_CONF, "location = /block")
+    assert.same({ ("main@content_by_lua(nginx.conf:%d):1"):format(conf_line), ("M.handle@%s:%d"):format(file, line_in(BLOCKER, "--@wait")),
+                  ("wait_line@%s:%d"):format(file, line_in(BLOCKER, "--@open")), "io.open" }, fr)
+    local w = assert(io.open(dir .. "/fifo", "w"))
+    w:write("go\n")
+    w:close()
+    wait_until("the answer", function() return U.read(dir .. "/got") == "got go\n" end)
+    curl = nil
   end)
 end)

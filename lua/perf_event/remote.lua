@@ -228,7 +228,33 @@ function M.dump(pid, opts)
   end
   out.comm = (read_all("/proc/" .. pid .. "/comm") or ""):gsub("\n$", "")
   local cl = read_all("/proc/" .. pid .. "/cmdline")
-  out.cmdline = cl and (cl:gsub("%z$", ""):gsub("%z", " "))
+  out.cmdline = cl and (cl:gsub("%z", " "):gsub("%s+$", ""))
+  return out
+end
+
+--- pids and every descendant of each, in that order (each process after
+-- its parent, children by pid), from /proc/PID/stat's parent pids.
+function M.with_children(pids)
+  local kids = {}
+  for _, n in ipairs(core.readdir("/proc") or {}) do
+    local pid = tonumber(n)
+    local st = pid and read_all("/proc/" .. n .. "/stat")
+    local ppid = st and tonumber(st:match("^%d+ %b() %a (%d+)"))
+    if ppid then
+      kids[ppid] = kids[ppid] or {}
+      kids[ppid][#kids[ppid] + 1] = pid
+    end
+  end
+  local out, seen = {}, {}
+  local function add(pid)
+    if seen[pid] then return end
+    seen[pid] = true
+    out[#out + 1] = pid
+    local k = kids[pid] or {}
+    table.sort(k)
+    for _, c in ipairs(k) do add(c) end
+  end
+  for _, pid in ipairs(pids) do add(pid) end
   return out
 end
 

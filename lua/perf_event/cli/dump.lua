@@ -14,11 +14,13 @@ local M = {}
 
 local USAGE = {
   dump = [[
-usage: luaperf dump --lua -p PID[,PID...] [--nonblocking]
+usage: luaperf dump --lua -p PID[,PID...] [--children] [--nonblocking]
 
   -p, --pid PIDS    the processes to dump (LuaJIT 2.1 on x86-64: luajit,
                     nginx with lua-nginx-module, OpenResty)
       --lua         the Lua stacks (the only kind dump prints)
+      --children    every descendant of each PID too (an nginx master's
+                    workers)
       --nonblocking read the stacks while the threads run, without stopping
                     them (cheaper for the target; the leaf may be off)
 
@@ -35,7 +37,8 @@ M.USAGE = USAGE
 
 function M.dump(argv)
   local o = parse_args("dump", argv, { short = { h = "help", p = "pid" }, takes = { pid = true },
-                                       flags = { help = true, lua = true, nonblocking = true } })
+                                       flags = { help = true, lua = true, nonblocking = true,
+                                                children = true } })
   if o.help then io.stdout:write(USAGE.dump) return 0 end
   if not o.lua then usage_error("dump", "--lua is required (dump prints Lua stacks)") end
   if not o.pid then usage_error("dump", "-p PID is required") end
@@ -47,6 +50,7 @@ function M.dump(argv)
     pids[#pids + 1] = n
   end
   local R = require("perf_event.remote")
+  if o.children then pids = R.with_children(pids) end
   local rc = 0
   for i, pid in ipairs(pids) do
     local d, why = R.dump(pid, { nonblocking = o.nonblocking })
