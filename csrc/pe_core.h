@@ -38,7 +38,7 @@
  *                          samplers above)
  *   lifecycle.c            open, close/gc, fork generation, mmap, accessors
  *   layouts.c spawn.c dir.c  shared-ring decode layouts (E6); spawn/wait;
- *                          core.readdir
+ *                          core.readdir, files at predictable paths
  *   unwind.c               core.unwind: DWARF unwinding of user stacks (libdw)
  *   records.c              the record decoder
  *   readfmt.c              read_format decoding, scaling
@@ -114,6 +114,7 @@ int pe_l_attr_encode(lua_State *L);
 int pe_l_attr_decode(lua_State *L);
 int pe_l_bits(lua_State *L);
 int pe_l_readdir(lua_State *L);           /* dir.c */
+void pe_open_ownfile(lua_State *L);       /* dir.c: core._private.own_* */
 void pe_open_unwind(lua_State *L);        /* unwind.c: core.unwind, unwind_available, unwind_regs */
 
 /* ---- read_format decoding (readfmt.c) ----------------------------------- */
