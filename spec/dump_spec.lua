@@ -50,7 +50,7 @@ local function start(mode, as)
   t.pid = tonumber(U.sh("sh -c '" .. (as or "") .. "luajit " .. TARGET .. " " .. mode .. " > " .. t.out
                         .. " 2>&1 0<> " .. dir .. "/in & echo $!'"))
   t.w = assert(io.open(dir .. "/in", "w"))
-  if mode == "interp" or mode == "jit" then
+  if mode == "interp" or mode == "jit" or mode == "alloc" then
     U.sh("sleep 0.3")   -- (its loop running, compiled in mode jit)
   else
     wait_until("the target's ready", function() return (U.read(t.out) or ""):find("ready\n", 1, true) end)
@@ -167,6 +167,26 @@ describe("luaperf dump --lua -p PID", function()
       if mode == "jit" then assert.is_true(compiled > 0, "no dump in a trace: " .. table.concat(states, ", ")) end
     end)
   end
+
+  it("reads an allocating target's state and stack while its GC runs, 20 times", function()
+    local t = start("alloc")
+    t.kill = true
+    finally(function() finish(t) end)
+    local states = {}
+    local known = { interpreted = true, C = true, GC = true, ["trace exit"] = true, ["JIT recording"] = true,
+                    ["JIT optimizing"] = true, ["JIT assembling"] = true }
+    for _ = 1, 20 do
+      local text, rc = U.luaperf("dump --lua -p " .. t.pid)
+      assert.equal(0, rc, text)
+      local lines, fr = frames_of(text)
+      local state = lines[3]:match("%): (.*)$")
+      states[#states + 1] = state
+      assert.truthy(known[state] or state:find("^compiled %(trace %d+%)$"), text)
+      table.remove(fr, 1)
+      assert.equal(at("main", "main_churn"), fr[1], text)
+      assert.equal(at("churn"), fr[2] and fr[2]:gsub(":%d+$", ":" .. LINES.churn) or nil, text)
+    end
+  end)
 
   it("says why for a process that is not LuaJIT, a process that is gone, and bad arguments", function()
     local pid = tonumber(U.sh("sh -c 'sleep 30 >/dev/null 2>&1 & echo $!'"))

@@ -96,6 +96,10 @@ int pe_lj_here(void);
 #define LJ_TAB_HMASK 52
 #define LJ_NODE_SIZE 24
 #define LJ_NODE_KEY 8
+#define LJ_CURL_MAINTH 176           /* &G->cur_L - &G->mainthref: tmpbuf, tmptv(2), nilnode,
+                                        registrytv, uvhead, hookcount(2), hookf, wrapf, panic,
+                                        bc_cfunc_int/ext between (2.1, GC64) */
+#define LJ_MINSTACK 20               /* LUA_MINSTACK: global_State.bc_cfunc_int's A */
 
 /* the process read: pid 0 is this one */
 typedef struct lj_mem {

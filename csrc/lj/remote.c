@@ -36,7 +36,6 @@
 #define LJR_CHUNK (1u << 20)         /* bytes read at a time by the scan */
 #define LJR_MAXF 256                 /* frames walked at most */
 #define LJR_NAME 512                 /* bytes of a chunk name kept */
-#define LJR_MINSTACK 20              /* LUA_MINSTACK: bc_cfunc_int's A */
 #define LJR_FRAME_CONT 2
 
 /* ---- small helpers ---- */
@@ -177,13 +176,12 @@ static uint64_t ljr_dispatch(lua_State *L, const lj_mem *m, uint64_t g, int exec
   return 0;
 }
 
-/* ljr_state(pid, g, execs) -> the words of G a walk reads: mainthref (the
- * word linking the main thread), vmstate the int32 before it (padding
- * between them reads 0, never a state), cur_L the first word after it
- * that links a thread of G right after bc_cfunc_int and bc_cfunc_ext (two
- * instructions: BC_FUNCC, and it again or BC_FUNCCW, the next opcode, once
- * a C function wrapper is set; A = LUA_MINSTACK, D = 0; jit_base follows
- * it), the dispatch table */
+/* a value global_State.vmstate takes: ~LJ_VMST_* (-1..-7) or a trace's
+ * number (TraceNo1: up to 65535) */
+static int ljr_vmstate_ok(int32_t v) { return (v >= -8 && v <= -1) || (v >= 1 && v <= 65535); }
+
+/* ljr_state(pid, g, execs) -> the words of G a walk reads: cur_L (jit_base
+ * follows it), mainthref, vmstate, the dispatch table */
 static int l_state(lua_State *L)
 {
   lj_mem m;
@@ -198,24 +196,28 @@ static int l_state(lua_State *L)
     lua_pushliteral(L, "not a LuaJIT global_State");
     return 2;
   }
-  for (k = 1; k < 512 && !mainth; k++)
-    if (w[k] == mt) mainth = g + 8 * (uint64_t)k;
-  if (mainth) {
-    size_t j;
-    for (j = (size_t)((mainth - g) / 8) + 1; j + 1 < 512 && !curl; j++) {
-      uint32_t fi = (uint32_t)w[j], fw = (uint32_t)(w[j] >> 32);
-      if (lj_gcaddr(w[j + 1]) && lj_thread_of(&m, w[j + 1], g) && (fi >> 8) == LJR_MINSTACK
-          && (fw >> 8) == LJR_MINSTACK && ((fw & 0xff) == (fi & 0xff) || (fw & 0xff) == (fi & 0xff) + 1))
-        curl = g + 8 * (uint64_t)(j + 1);
-    }
+  /* cur_L first: the word after bc_cfunc_int and bc_cfunc_ext (two
+   * instructions: BC_FUNCC, and it again or BC_FUNCCW, the next opcode,
+   * once a C function wrapper is set; A = LUA_MINSTACK, D = 0) that links
+   * a thread of G */
+  for (k = 1; k < 512 && !curl; k++) {
+    uint32_t fi = (uint32_t)w[k - 1], fw = (uint32_t)(w[k - 1] >> 32);
+    if (lj_gcaddr(w[k]) && lj_thread_of(&m, w[k], g) && (fi >> 8) == LJ_MINSTACK && (fw >> 8) == LJ_MINSTACK
+        && ((fw & 0xff) == (fi & 0xff) || (fw & 0xff) == (fi & 0xff) + 1))
+      curl = g + 8 * (uint64_t)k;
   }
-  vm = lj_i32(&m, mainth - 4) != 0 ? 4 : 8;
-  disp = ljr_dispatch(L, &m, g, 3, &vlo, &vhi);
-  if (!curl) {
+  /* mainthref: LJ_CURL_MAINTH bytes before it (the GC's gray lists and
+   * tmpbuf.L may link the main thread too), checked */
+  if (curl && curl - LJ_CURL_MAINTH > g && w[(curl - LJ_CURL_MAINTH - g) / 8] == mt) mainth = curl - LJ_CURL_MAINTH;
+  if (!mainth) {
     lua_pushnil(L);
-    lua_pushliteral(L, "G->cur_L not found");
+    lua_pushliteral(L, "G->cur_L or G->mainthref not found: not a LuaJIT 2.1 layout this reads");
     return 2;
   }
+  /* vmstate: the int32 right before mainthref, else (padding between
+   * them) the one before that */
+  vm = ljr_vmstate_ok(lj_i32(&m, mainth - 4)) ? 4 : 8;
+  disp = ljr_dispatch(L, &m, g, 3, &vlo, &vhi);
   lua_createtable(L, 0, 8);
   ljr_setnum(L, "g", g);
   ljr_setnum(L, "mainth", mt);
@@ -342,7 +344,9 @@ static void ljr_frames(ljr_walk *w)
     uint64_t fn = lj_gcref(lj_u64(m, frame - 8));
     int64_t ftsz = (int64_t)lj_u64(m, frame);
     uint64_t prev = lj_frame_prev(m, frame, ftsz);
-    if (fn != w->l && !skip) {
+    /* (a dummy frame, or a resume's holding the coroutine it resumes: a
+     * thread where the function would be) */
+    if (fn != w->l && !skip && lj_gct(m, fn) != LJ_GCT_THREAD) {
       if (lj_gct(m, fn) != LJ_GCT_FUNC) { w->trunc = 1; break; }
       ljr_add(w, fn, pc);
     }

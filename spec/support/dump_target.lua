@@ -35,10 +35,15 @@ local function leaf(n) local s = 0 for i = 1, n do s = s + i % 7 end return s en
 local function mid(n) local s = leaf(n) return s + 1 end              --@mid
 local function top() local t = 0 while true do t = t + mid(1000) end end --@top
 
+-- allocating: the GC runs all the time (its lists link the main thread)
+local function churn() local t while true do t = { tostring(#(t or "")), {} } end end --@churn
+
 local blocking = { block = alpha, pcall = p_outer, sort = s_outer, gsub = g_outer, meta = m_outer, co = co_outer }
 if blocking[mode] then
   local l = blocking[mode]()                                          --@main
   io.stdout:write("read ", tostring(l), "\n")
+elseif mode == "alloc" then
+  churn()                                                             --@main_churn
 elseif mode == "interp" or mode == "jit" then
   if mode == "interp" then jit.off() end
   top()                                                               --@main_spin
