@@ -172,7 +172,6 @@ describe("luaperf dump --lua -p PID", function()
     local t = start("alloc")
     t.kill = true
     finally(function() finish(t) end)
-    local states = {}
     local known = { interpreted = true, C = true, GC = true, ["trace exit"] = true, ["JIT recording"] = true,
                     ["JIT optimizing"] = true, ["JIT assembling"] = true }
     for _ = 1, 20 do
@@ -180,7 +179,6 @@ describe("luaperf dump --lua -p PID", function()
       assert.equal(0, rc, text)
       local lines, fr = frames_of(text)
       local state = lines[3]:match("%): (.*)$")
-      states[#states + 1] = state
       assert.truthy(known[state] or state:find("^compiled %(trace %d+%)$"), text)
       table.remove(fr, 1)
       assert.equal(at("main", "main_churn"), fr[1], text)
@@ -301,7 +299,8 @@ return M
     assert.truthy(lines[3]:find(("^Thread %s %%(LuaJIT VM 0x%%x+%%): C$"):format(worker)), text)
     local file = dir .. "/lua/blocker.lua"
     local conf_line = line_in(NGINX_CONF, "location = /block")
-    assert.same({ ("main@content_by_lua(nginx.conf:%d):1"):format(conf_line), ("M.handle@%s:%d"):format(file, line_in(BLOCKER, "--@wait")),
+    assert.same({ ("main@content_by_lua(nginx.conf:%d):1"):format(conf_line),
+                  ("M.handle@%s:%d"):format(file, line_in(BLOCKER, "--@wait")),
                   ("wait_line@%s:%d"):format(file, line_in(BLOCKER, "--@open")), "io.open" }, fr)
     local w = assert(io.open(dir .. "/fifo", "w"))
     w:write("go\n")
