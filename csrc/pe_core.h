@@ -12,6 +12,8 @@
  *   fast.c                 the pe_fast_* FFI entry points
  *   perfdata.c             perf.data helpers: raw ring records, LE packing, build-ids
  *   event.c                event methods, ioctls, reads, the event metatable
+ *   lj/remote.c            another process's LuaJIT, read from outside
+ *                          (luaperf dump --lua): core._private.ljr_*
  *   lj/safepoint.c         the safe-point stacks (pe.profile on LuaJIT): the
  *                          Lua entries, core._private.luasafe_*
  *   lj/arm.c               arming: LuaJIT's profiler started in our name
@@ -36,7 +38,7 @@
  *                          samplers above)
  *   lifecycle.c            open, close/gc, fork generation, mmap, accessors
  *   layouts.c spawn.c dir.c  shared-ring decode layouts (E6); spawn/wait;
- *                          core.readdir
+ *                          core.readdir, files at predictable paths
  *   unwind.c               core.unwind: DWARF unwinding of user stacks (libdw)
  *   records.c              the record decoder
  *   readfmt.c              read_format decoding, scaling
@@ -112,6 +114,7 @@ int pe_l_attr_encode(lua_State *L);
 int pe_l_attr_decode(lua_State *L);
 int pe_l_bits(lua_State *L);
 int pe_l_readdir(lua_State *L);           /* dir.c */
+void pe_open_ownfile(lua_State *L);       /* dir.c: core._private.own_* */
 void pe_open_unwind(lua_State *L);        /* unwind.c: core.unwind, unwind_available, unwind_regs */
 
 /* ---- read_format decoding (readfmt.c) ----------------------------------- */
@@ -336,6 +339,7 @@ void pe_open_spawn(lua_State *L);
 int pe_signal_fd(void);
 int pe_child_pid(lua_State *L, int idx);
 void pe_open_luasafe(lua_State *L);         /* lj/safepoint.c */
+void pe_open_ljremote(lua_State *L);        /* lj/remote.c */
 void pe_open_luahook(lua_State *L);         /* puc/hook.c */
 /* lj/hook.c: LuaJIT's profiler hook flag and dispatch table (LuaJIT on
  * x86-64; elsewhere find says why not and the rest do nothing).  find:

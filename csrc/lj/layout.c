@@ -88,6 +88,28 @@ uint64_t lj_find_traces(const lj_mem *m, uint64_t g, uint32_t t, uint64_t mc, ui
   return nfound == 1 ? found : 0;
 }
 
+uint64_t lj_find_traces_no(const lj_mem *m, uint64_t g, uint32_t t)
+{
+  uint64_t w[512], found = 0, at;
+  int nfound = 0;
+  for (at = g; at < g + 65536 && lj_read(m, at, w, sizeof w); at += sizeof w - 8) {
+    int k;
+    for (k = 0; k + 1 < 512; k++) {
+      uint64_t tr;
+      uint32_t size = (uint32_t)(w[k + 1] >> 32);
+      uint16_t no;
+      uint8_t gct;
+      if (!lj_gcaddr(w[k]) || size <= t || size > (1u << 20)) continue;
+      if (!lj_read(m, w[k] + 8 * (uint64_t)t, &tr, 8) || !lj_gcaddr(tr)) continue;
+      if (!lj_read(m, tr + LJ_FN_GCT, &gct, 1) || gct != LJ_GCT_TRACE) continue;
+      if (!lj_read(m, tr + LJ_T_TRACENO, &no, 2) || no != t) continue;
+      found = at + 8 * (uint64_t)k;
+      nfound++;
+    }
+  }
+  return nfound == 1 ? found : 0;
+}
+
 uint64_t lj_trace(const lj_mem *m, uint64_t jtrace, int32_t t)
 {
   uint64_t arr, tr;
@@ -131,10 +153,16 @@ uint64_t lj_trace_pc(const lj_mem *m, uint64_t jtrace, int32_t t, uint64_t ip, u
 
 int32_t lj_pc_line(const lj_mem *m, uint64_t fn, uint64_t pc)
 {
-  uint64_t bc = lj_u64(m, fn + LJ_FNL_PC), pt = bc - LJ_PT_SIZE, li;
+  uint64_t bc = lj_u64(m, fn + LJ_FNL_PC);
+  if (bc < 0x10000 || (bc & 3)) return -1;
+  return lj_pt_line(m, bc - LJ_PT_SIZE, pc);
+}
+
+int32_t lj_pt_line(const lj_mem *m, uint64_t pt, uint64_t pc)
+{
+  uint64_t bc = pt + LJ_PT_SIZE, li;
   uint32_t size, pos, numline;
   int32_t first;
-  if (bc < 0x10000 || (bc & 3)) return -1;
   size = (uint32_t)lj_i32(m, pt + LJ_PT_SIZEBC);
   if (pc < bc || pc - bc >= 4 * (uint64_t)size || (pc & 3)) return -1;
   pos = (uint32_t)((pc - bc) / 4);
@@ -146,4 +174,42 @@ int32_t lj_pc_line(const lj_mem *m, uint64_t fn, uint64_t pc)
   if (numline < 256) return first + (int32_t)lj_u8(m, li + pos);
   if (numline < 65536) return first + (int32_t)lj_u16(m, li + 2 * (uint64_t)pos);
   return first + lj_i32(m, li + 4 * (uint64_t)pos);
+}
+
+int lj_str(const lj_mem *m, uint64_t s, char *out, size_t n)
+{
+  size_t k;
+  if (n == 0 || lj_gct(m, s) != LJ_GCT_STR) return 0;
+  /* a page at a time: the string's end may be the mapping's */
+  for (k = 0; k + 1 < n; ) {
+    uint64_t a = s + LJ_STR_DATA + k;
+    size_t chunk = 4096 - (size_t)(a & 4095), j;
+    if (chunk > n - 1 - k) chunk = n - 1 - k;
+    if (!lj_read(m, a, out + k, chunk)) break;
+    for (j = 0; j < chunk; j++)
+      if (out[k + j] == 0) return 1;
+    k += chunk;
+  }
+  out[k] = 0;
+  return k > 0;
+}
+
+uint64_t lj_proto_of_pc(const lj_mem *m, uint64_t pc)
+{
+  uint32_t k;
+  if (pc < 0x10000 + LJ_PT_SIZE || (pc & 3)) return 0;
+  for (k = 0; k < 65536; k++) {
+    uint64_t bc = pc - 4 * (uint64_t)k, pt = bc - LJ_PT_SIZE, name;
+    uint8_t hdr[LJ_PT_SIZE];
+    uint32_t sizebc;
+    int32_t numline;
+    if (!lj_read(m, pt, hdr, sizeof hdr) || hdr[LJ_FN_GCT] != LJ_GCT_PROTO) continue;
+    memcpy(&sizebc, hdr + LJ_PT_SIZEBC, 4);
+    memcpy(&name, hdr + LJ_PT_CHUNKNAME, 8);
+    memcpy(&numline, hdr + LJ_PT_NUMLINE, 4);
+    if (sizebc <= k || numline < 0 || lj_gct(m, lj_gcref(name)) != LJ_GCT_STR) continue;
+    if (lj_pt_line(m, pt, pc) < 0) continue;
+    return pt;
+  }
+  return 0;
 }

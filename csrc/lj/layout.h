@@ -78,6 +78,28 @@ int pe_lj_here(void);
 #define LJ_PT_NUMLINE 76
 #define LJ_PT_LINEINFO 80
 #define LJ_RET_WORDS 64    /* stack words searched for a trace's return address */
+/* what a reader of another process needs besides (lj/remote.c) */
+#define LJ_GG_G 112                  /* GG_State: the main lua_State at 0, G after it */
+#define LJ_L_ENV 72                  /* lua_State.env: its globals table */
+#define LJ_CF_L 16                   /* a C frame (L->cframe & ~3): its L, its saved PC */
+#define LJ_CF_PC 24
+#define LJ_T_STARTPT 64              /* GCtrace.startpt, .traceno */
+#define LJ_T_TRACENO 104
+#define LJ_PT_CHUNKNAME 64
+#define LJ_GCT_STR 4
+#define LJ_GCT_PROTO 7
+#define LJ_GCT_TAB 11
+#define LJ_STR_DATA 24               /* a GCstr's bytes follow it, NUL-terminated */
+#define LJ_ITYPE_STR 0x1fffbu
+#define LJ_ITYPE_TAB 0x1fff4u
+#define LJ_TAB_NODE 40               /* GCtab.node, .hmask; Node: val +0, key +8, 24 bytes */
+#define LJ_TAB_HMASK 52
+#define LJ_NODE_SIZE 24
+#define LJ_NODE_KEY 8
+#define LJ_CURL_MAINTH 176           /* &G->cur_L - &G->mainthref: tmpbuf, tmptv(2), nilnode,
+                                        registrytv, uvhead, hookcount(2), hookf, wrapf, panic,
+                                        bc_cfunc_int/ext between (2.1, GC64) */
+#define LJ_MINSTACK 20               /* LUA_MINSTACK: global_State.bc_cfunc_int's A */
 
 /* the process read: pid 0 is this one */
 typedef struct lj_mem {
@@ -162,6 +184,9 @@ const char *lj_g_find(const lj_mem *m, uint64_t l, lj_gstate *out);
  * whose slot t holds a trace of machine code mc, size sz, with sizetrace
  * > t 12 bytes after it; 0 unless exactly one */
 uint64_t lj_find_traces(const lj_mem *m, uint64_t g, uint32_t t, uint64_t mc, uint32_t sz);
+/* &J->trace as lj_find_traces finds it, knowing of trace t only its
+ * number (GCtrace.traceno): for a reader that has not seen the trace */
+uint64_t lj_find_traces_no(const lj_mem *m, uint64_t g, uint32_t t);
 /* trace t from the array at jtrace (&J->trace), or 0 */
 uint64_t lj_trace(const lj_mem *m, uint64_t jtrace, int32_t t);
 /* the bytecode PC of snapshot s (its address) of trace tr */
@@ -176,5 +201,14 @@ uint64_t lj_trace_pc(const lj_mem *m, uint64_t jtrace, int32_t t, uint64_t ip, u
  * the line of bytecode PC pc in Lua function fn (lj_debug_line), or -1
  * when pc is not one of fn's */
 int32_t lj_pc_line(const lj_mem *m, uint64_t fn, uint64_t pc);
+/* the prototype (GCproto) whose bytecode holds pc, searched backwards
+ * from pc over at most 2^16 instructions, each candidate checked (its gct,
+ * sizebc, a chunk name that is a string, its lines); 0 when none */
+uint64_t lj_proto_of_pc(const lj_mem *m, uint64_t pc);
+/* the line of bytecode PC pc in prototype pt, -1 when not one of its */
+int32_t lj_pt_line(const lj_mem *m, uint64_t pt, uint64_t pc);
+/* a GCstr's bytes (at most n - 1, NUL-terminated) into out; 0 when s is not
+ * a readable string */
+int lj_str(const lj_mem *m, uint64_t s, char *out, size_t n);
 
 #endif /* PE_LJ_LAYOUT_H */

@@ -1,4 +1,4 @@
---- perf_event.cli: the `luaperf` command line tool (stat, list, record).
+--- perf_event.cli: the `luaperf` command line tool (stat, list, record, dump).
 -- `main(argv)` returns the process exit status; bin/luaperf calls it.
 -- Reports go to stderr as perf's do; `record` writes folded stacks
 -- (`comm;caller;callee N`, the flame-graph input) to a file or stdout, or
@@ -19,7 +19,8 @@ local Usage = require("perf_event.cli.common").Usage
 require("perf_event.core")
 
 -- one module per subcommand, loaded when it runs
-local SUB = { stat = "perf_event.cli.stat", list = "perf_event.cli.list", record = "perf_event.cli.record" }
+local SUB = { stat = "perf_event.cli.stat", list = "perf_event.cli.list", record = "perf_event.cli.record",
+              dump = "perf_event.cli.dump" }
 
 local USAGE = setmetatable({
   main = [[
@@ -28,6 +29,7 @@ usage: luaperf COMMAND [OPTIONS] [-- CMD ARGS...]
   stat     count events while CMD runs (or for a running process / every CPU)
   list     list the event names this machine offers
   record   sample CMD and write folded stacks (flame-graph input) or perf.data
+  dump     print the Lua stacks of a running LuaJIT process, as they are now
 
 Run 'luaperf COMMAND --help' for the options of a command.
 ]],
@@ -36,6 +38,7 @@ Run 'luaperf COMMAND --help' for the options of a command.
 function M.stat(argv) return require(SUB.stat).stat(argv) end
 function M.list(argv) return require(SUB.list).list(argv) end
 function M.record(argv) return require(SUB.record).record(argv) end
+function M.dump(argv) return require(SUB.dump).dump(argv) end
 -- the reader of a process's perf map (luaperf record --lua -p)
 function M.luamap(...) return require(SUB.record).luamap(...) end
 
@@ -50,7 +53,7 @@ function M.main(argv)
     return cmd == nil and 2 or 0
   end
   if cmd == "--version" then io.stdout:write(pe()._VERSION, "\n") return 0 end
-  local fn = ({ stat = M.stat, list = M.list, record = M.record })[cmd]
+  local fn = ({ stat = M.stat, list = M.list, record = M.record, dump = M.dump })[cmd]
   if not fn then
     io.stderr:write(format("luaperf: unknown command '%s'\n\n", tostring(cmd)), USAGE.main)
     return 2

@@ -90,13 +90,13 @@ local function open_map(st)
   local path = st.custom or format("/tmp/perf-%s.map", tostring(pid))
   local header = format("0 0 perf_event.luamap %s", tostring(start))
   -- a map this process began (another Lua state, or start after stop) is
-  -- kept; one an earlier process left is replaced
-  local old = io.open(path, "r")
-  local mine = old and old:read("*l") == header
-  if old then old:close() end
-  local f, err = io.open(path, mine and "a" or "w")
+  -- kept; one an earlier process left is replaced. The path is
+  -- predictable: a link or a file someone else planted there is refused
+  -- (fs.own_file)
+  local f, err = require("perf_event.fs").own_file(path)
   if not f then return nil, err end
-  if not mine then f:write(header, "\n") f:flush() end
+  local mine = f:head(#header + 1) == header .. "\n"
+  if not mine then f:truncate() f:write(header, "\n") f:flush() end
   if st.file then st.file:close() end
   st.file, st.reg.perfmap, st.pid, st.info.path = f, f, tonumber(pid), path
   if st.done > 0 then

@@ -182,7 +182,9 @@ local function perfmap_start(p)
   local pid = f and f:read("*l"):match("^(%d+)")
   if f then f:close() end
   p.perfmap_path = format("/tmp/perf-%s.map", pid or "self")
-  reg.perfmap = io.open(p.perfmap_path, "a")
+  -- (a predictable path: a link or a file someone else planted there is
+  -- refused, and p.perfmap_error says so)
+  reg.perfmap, p.perfmap_error = require("perf_event.fs").own_file(p.perfmap_path)
   -- traces compiled before start would be missing from the map: start clean
   jit.flush()
   p.trace_cb = function(what, tr, func, pc) reg:trace_event(what, tr, func, pc) end

@@ -6,7 +6,8 @@
 
 local format, sub, find, gsub = string.format, string.sub, string.find, string.gsub
 local sort = table.sort
-local type, tostring, ipairs, rawget, require, next, pcall = type, tostring, ipairs, rawget, require, next, pcall
+local type, tostring, ipairs, pairs, rawget, require, next, pcall =
+  type, tostring, ipairs, pairs, rawget, require, next, pcall
 local io, debug, package, _VERSION, _G, print = io, debug, package, _VERSION, _G, print
 
 local addr_of = require("perf_event.profile.raw").addr_of
@@ -22,9 +23,12 @@ local M = {}
 
 local src_lines = {}   -- path -> array of lines | false
 
-local function source_line(source, line)
+-- (root: where another process's files are seen from here, its
+-- /proc/PID/root and /proc/PID/cwd for absolute and relative paths)
+local function source_line(source, line, root)
   if sub(source, 1, 1) ~= "@" then return nil end
   local path = sub(source, 2)
+  if root then path = (sub(path, 1, 1) == "/" and root.abs or root.rel .. "/") .. path end
   local lines = src_lines[path]
   if lines == nil then
     lines = false
@@ -40,9 +44,9 @@ local function source_line(source, line)
 end
 
 -- "name", from the source text of the line that defines the function
-local function guess_name(source, linedefined)
+local function guess_name(source, linedefined, root)
   if linedefined == 0 then return "main" end
-  local l = source_line(source, linedefined)
+  local l = source_line(source, linedefined, root)
   if l then
     local n = l:match("function%s+([%w_%.:]+)%s*%(")
       or l:match("([%w_%.%[%]\"']+)%s*=%s*function%s*%(")
@@ -118,6 +122,11 @@ function M.proto_info(fi)
   return i
 end
 
+--- A function's name as the frames name it, from its source, the line
+-- that defines it, and (another process's) root {abs=, rel=} to read it.
+-- @treturn string
+M.guess_name = guess_name
+
 local function frame_name(info, line)
   return format("%s@%s:%d", info.name, info.chunk, line or info.linedefined)
 end
@@ -151,6 +160,52 @@ else
   end
 end
 
+-- The traversal of M.builtins over any reader of a Lua state's tables:
+-- reader.fields(t) -> array of { name, "function" | "table", v } (t's string
+-- keys; v: a function's address key, or a table as reader.fields takes it),
+-- reader.loaded and reader.globals (package.loaded, _G; nil when missing).
+-- Each function is named by the first path that reaches it: names[key] =
+-- "lib.name" (`_G`'s without a prefix). Returns names.
+function M.name_modules(reader)
+  local names = {}
+  local fields = reader.fields
+  local function add(prefix, t, depth)
+    if t == nil then return end
+    local fs, subs = fields(t), {}
+    sort(fs, function(a, b) return a[1] < b[1] end)
+    for _, f in ipairs(fs) do
+      local name, kind, v = f[1], f[2], f[3]
+      if kind == "function" then
+        if v ~= nil and not names[v] then names[v] = prefix and prefix .. "." .. name or name end
+      elseif depth > 0 and #subs < 256 then
+        subs[#subs + 1] = f
+      end
+    end
+    for _, f in ipairs(subs) do
+      if not IS_LIB[f[1]] and f[3] ~= t then add(prefix and prefix .. "." .. f[1] or f[1], f[3], depth - 1) end
+    end
+  end
+  local loaded = {}
+  for _, f in ipairs(reader.loaded ~= nil and fields(reader.loaded) or {}) do
+    if f[2] == "table" then loaded[f[1]] = f[3] end
+  end
+  loaded._G = loaded._G or reader.globals
+  local seen = {}
+  for _, m in ipairs(LIBS) do
+    if loaded[m] ~= nil then seen[m] = true add(m ~= "_G" and m or nil, loaded[m], 0) end
+  end
+  local rest = {}
+  for m in pairs(loaded) do if not seen[m] then rest[#rest + 1] = m end end
+  if loaded.ngx == nil and reader.globals ~= nil then
+    for _, f in ipairs(fields(reader.globals)) do
+      if f[1] == "ngx" and f[2] == "table" then loaded.ngx = f[3] rest[#rest + 1] = "ngx" end
+    end
+  end
+  sort(rest)
+  for _, name in ipairs(rest) do add(name, loaded[name], 1) end
+  return names
+end
+
 --- Names of the builtins and C functions in package.loaded's tables, by the
 -- function's address (LuaJIT: what `%p` gives, the GCfunc the frame holds;
 -- PUC Lua: the address `tostring` shows), as `lib.name` (`_G`'s without a
@@ -163,52 +218,38 @@ end
 -- lives.
 -- @treturn table address -> name
 function M.builtins()
-  local names, keep, cfuncs = {}, {}, {}
-  local function add(prefix, t, depth)
-    if type(t) ~= "table" then return end
-    local ks, subs = {}, {}
+  local keep, cfuncs, cf_of = {}, {}, {}
+  local function fields(t)
+    local out = {}
+    if type(t) ~= "table" then return out end
     local k, v = next(t)
     while k ~= nil do   -- raw: no __pairs, no index metamethod of a module table
       if type(k) == "string" then
-        if type(v) == "function" then ks[#ks + 1] = k
-        elseif type(v) == "table" and depth > 0 and #subs < 256 then subs[#subs + 1] = k end
+        if type(v) == "function" then
+          local a, cf = c_addr(v)
+          if a then
+            out[#out + 1] = { k, "function", a }
+            keep[#keep + 1] = v
+            cf_of[a] = cf
+          end
+        elseif type(v) == "table" then
+          out[#out + 1] = { k, "table", v }
+        end
       end
       k, v = next(t, k)
     end
-    sort(ks)
-    for _, name in ipairs(ks) do
-      local f = rawget(t, name)
-      local a, cf = c_addr(f)
-      if a and not names[a] then
-        local full = prefix and prefix .. "." .. name or name
-        names[a] = full
-        keep[#keep + 1] = f
-        if cf and not cfuncs[cf] then cfuncs[cf] = full end
-      end
-    end
-    sort(subs)
-    for _, name in ipairs(subs) do
-      local sub_t = rawget(t, name)
-      if not IS_LIB[name] and sub_t ~= t then add(prefix and prefix .. "." .. name or name, sub_t, depth - 1) end
-    end
+    return out
   end
-  local loaded = package.loaded
-  local seen = {}
-  for _, m in ipairs(LIBS) do
-    local t = rawget(loaded, m)
-    if t then seen[m] = true add(m ~= "_G" and m or nil, t, 0) end
+  local names = M.name_modules({ fields = fields, loaded = package.loaded, globals = _G })
+  if ffi then
+    local meta = M.name_modules({ fields = fields, loaded = { cdata = debug.getmetatable(ffi.new("char[1]")) },
+                                  globals = nil })
+    for a, n in pairs(meta) do if not names[a] then names[a] = n end end
   end
-  local rest = {}
-  local m = next(loaded)
-  while m ~= nil do
-    if type(m) == "string" and not seen[m] then rest[#rest + 1] = m end
-    m = next(loaded, m)
+  for a, n in pairs(names) do
+    local cf = cf_of[a]
+    if cf and not cfuncs[cf] then cfuncs[cf] = n end
   end
-  local ngx = rawget(_G, "ngx")
-  if type(ngx) == "table" and rawget(loaded, "ngx") == nil then rest[#rest + 1] = "ngx" end
-  sort(rest)
-  for _, name in ipairs(rest) do add(name, rawget(loaded, name) or (name == "ngx" and ngx), 1) end
-  if ffi then add("cdata", debug.getmetatable(ffi.new("char[1]")), 0) end
   names.functions, names.cfuncs = keep, cfuncs
   return names
 end

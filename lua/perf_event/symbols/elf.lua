@@ -171,6 +171,7 @@ function M.read_elf(path)
       elf.build_id = d and note_build_id(d)
     end
   end
+  elf.eh_frame_hdr, elf.eh_frame = named[".eh_frame_hdr"], named[".eh_frame"]
   local best, addrs = {}, {}   -- address -> symbol; the addresses in order
   for _, want in ipairs({ SHT_SYMTAB, SHT_DYNSYM }) do
     for i = 0, shnum - 1 do
@@ -274,5 +275,42 @@ end
 -- the range around an address no symbol of a file covers, and a symbol
 -- list with the PLT entries added
 M.last_at, M.gap, M.with_plt = last_at, gap, with_plt
+
+local function s32(s, o)
+  local v = u32(s, o)
+  return v >= 2147483648 and v - 4294967296 or v
+end
+
+--- The code range [lo, hi) of the .eh_frame FDE that covers link-time
+-- address vaddr, through .eh_frame_hdr's sorted table (the layout GNU ld
+-- writes: datarel sdata4 pairs; an FDE's pc_range the udata4 after its
+-- pcrel sdata4 pc_begin); nil when the file has no such table or no FDE
+-- covers vaddr.
+function M.fde_range(elf, vaddr)
+  local hdr, eh = elf.eh_frame_hdr, elf.eh_frame
+  if not hdr or not eh or hdr.size < 12 then return nil end
+  local f = io.open(elf.path, "rb")
+  if not f then return nil end
+  local h = read_at(f, hdr.offset, hdr.size)
+  local lo, hi
+  if h and byte(h, 1) == 1 and byte(h, 3) == 0x03 and byte(h, 4) == 0x3b then
+    local n = u32(h, 8)
+    local a, b, at = 0, n - 1, nil
+    while a <= b and 12 + 8 * n <= #h do
+      local mid = floor((a + b) / 2)
+      if hdr.addr + s32(h, 12 + 8 * mid) <= vaddr then at = mid a = mid + 1 else b = mid - 1 end
+    end
+    if at then
+      local start, fde = hdr.addr + s32(h, 12 + 8 * at), hdr.addr + s32(h, 16 + 8 * at)
+      local d = fde >= eh.addr and read_at(f, eh.offset + (fde - eh.addr), 16)
+      if d and u32(d, 0) ~= 0xffffffff then
+        local range = u32(d, 12)
+        if vaddr < start + range then lo, hi = start, start + range end
+      end
+    end
+  end
+  f:close()
+  return lo, hi
+end
 
 return M
