@@ -218,7 +218,7 @@ describe("luaperf dump --lua -p PID", function()
     assert.same(BLOCKING.block, fr)
     text, rc = U.run(as .. U.lua_cmd() .. " bin/luaperf dump --lua -p " .. roots.pid .. " 2>&1")
     assert.equal(1, rc, text)
-    assert.equal(("luaperf dump: cannot read /proc/%d/maps: Permission denied (dump runs as the process's "
+    assert.equal(("luaperf dump: cannot read /proc/%d/smaps: Permission denied (dump runs as the process's "
                   .. "user or as root)\n"):format(roots.pid), text)
     assert.equal("ready\nread go\n", (finish(mine)))
     assert.equal("ready\nread go\n", (finish(roots)))

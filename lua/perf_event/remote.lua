@@ -34,19 +34,32 @@ function M.vmstate_name(v)
 end
 
 -- the process's mappings: rw private ones (where a VM's state may live)
--- and executable ones, as {lo, hi} arrays; nil, why
+-- and executable ones, as {lo, hi, name, offset} arrays; nil, why
+-- (smaps: each mapping's resident size too. A writable mapping with
+-- nothing resident holds no VM; a huge one mostly not resident, such as
+-- ASan's shadow memory, terabytes reserved, is not scanned either)
+local SPARSE = 2 ^ 30
 function M.maps(pid)
-  local f, err = io.open("/proc/" .. pid .. "/maps", "r")
+  local f, err = io.open("/proc/" .. pid .. "/smaps", "r")
   if not f then return nil, err end
   local rw, ex = {}, {}
+  local cur
   for line in f:lines() do
     local lo, hi, perms, off, rest = line:match("^(%x+)%-(%x+) (%S+) (%x+) %S+ %S+%s*(.*)$")
     if lo then
       local r = { tonumber(lo, 16), tonumber(hi, 16), rest, tonumber(off, 16) }
+      cur = nil
       if perms:sub(1, 2) == "rw" and perms:sub(4, 4) == "p" and rest ~= "[vvar]" and rest ~= "[vsyscall]" then
-        rw[#rw + 1] = r
+        cur = r
       end
       if perms:sub(3, 3) == "x" then ex[#ex + 1] = r end
+    elseif cur then
+      local rss = line:match("^Rss:%s+(%d+) kB")
+      if rss then
+        local size, res = cur[2] - cur[1], tonumber(rss) * 1024
+        if res > 0 and (size <= SPARSE or res * 8 >= size) then rw[#rw + 1] = cur end
+        cur = nil
+      end
     end
   end
   f:close()
