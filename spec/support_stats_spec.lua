@@ -137,6 +137,12 @@ describe("spec/support/stats.lua", function()
                { steal = 20, total = 1100,
                  cpus = { cpu0 = { steal = 14, total = 550 }, cpu1 = { steal = 6, total = 550 } } })
     near(0.18, w.steal)
+    near(0.16, w.steal_sure)   -- (8 of 50: one tick is /proc/stat's resolution)
+    -- a short window: one tick of 17 is 6 % of it, and nothing for sure
+    w = S.lost({ steal = 0, total = 0, cpus = { cpu0 = { steal = 0, total = 0 } } },
+               { steal = 1, total = 17, cpus = { cpu0 = { steal = 1, total = 17 } } })
+    near(1 / 17, w.steal)
+    near(0, w.steal_sure)
     -- a live snapshot names this machine's CPUs
     local snap = S.snapshot()
     assert.is_number(snap.total)
