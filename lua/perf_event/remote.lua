@@ -19,6 +19,7 @@ local format, concat = string.format, table.concat
 
 local core = require("perf_event.core")
 local naming = require("perf_event.profile.naming")
+local fs = require("perf_event.fs")
 local P = core._private
 
 local M = {}
@@ -79,13 +80,8 @@ local function threads(pid)
   return out
 end
 
-local function read_all(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+-- a file's whole content, or nil (fs.read, trailing newline kept)
+local function read_all(path) return fs.read(path, true) end
 
 -- the VM's code, exactly: the .eh_frame FDE of the binary that covers
 -- the lowest dispatch entry (lj_vm's own unwind table) sets st.vm_lo and
