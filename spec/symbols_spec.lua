@@ -431,18 +431,45 @@ int main(void) {
     local out = sh(("perf script -i %s/qs.data -F pid,ip,sym,dso --show-mmap-events 2>/dev/null"):format(dir))
     -- the mappings perf saw, into our symbolizer; then every libc sample
     local sym = symbols.new({ kernel = false })
+    -- perf 6.1 pairs a PLT entry with the nth relocation of .rela.plt; libc
+    -- lists its IRELATIVE relocations last though their GOT slots are first,
+    -- so in libc's PLT perf's names are shifted. objdump pairs each entry
+    -- with its GOT slot: there its label is the name ("*ABS*+0x...@plt", a
+    -- relocation without a symbol, is perf's "@plt")
+    local plt = {}
+    for a, label in sh("objdump -d -j .plt " .. libc .. " 2>/dev/null"):gmatch("\n(%x+) <([^>\n]+@plt)>:") do
+      plt[tonumber(a, 16)] = label:gsub("^%*ABS%*%+0x%x+", "")
+    end
+    -- every entry of libc's PLT named as objdump names it
+    assert.truthy(#elf.plt >= 10, "libc's PLT entries: " .. #elf.plt)
+    for _, e in ipairs(elf.plt) do assert.equal(plt[e.addr], e.name, ("PLT entry at 0x%x"):format(e.addr)) end
+    local maps = {}
     local compared, names, wrong = 0, {}, {}
     for line in out:gmatch("[^\n]+") do
       local pid, start, len, pgoff, path =
         line:match("^%s*(%d+) PERF_RECORD_MMAP2? %d+/%d+: %[0x(%x+)%(0x(%x+)%) @ 0x(%x+).-%]: %S+ (%S+)$")
       if pid then
         sym:add_map(tonumber(pid), tonumber(start, 16), tonumber(len, 16), tonumber(pgoff, 16), path)
+        if path == libc then
+          maps[#maps + 1] = { start = tonumber(start, 16), len = tonumber(len, 16), pgoff = tonumber(pgoff, 16) }
+        end
       else
         local spid, ip, name, dso = line:match("^%s*(%d+)%s+(%x+) (.-) %((.-)%)$")
         -- libc's frames and the program's own (its PLT entries: qsort@plt, ...)
         if (dso == libc or dso == dir .. "/qs") and name ~= "[unknown]" then
           compared = compared + 1
           names[name] = (names[name] or 0) + 1
+          if dso == libc and name:match("@plt$") then
+            -- libc's .plt is in its first executable segment, where file
+            -- offsets are addresses: objdump's label of the entry
+            local at = tonumber(ip, 16)
+            for _, m in ipairs(maps) do
+              if at >= m.start and at < m.start + m.len then
+                local off = at - m.start + m.pgoff
+                name = plt[off - off % 16] or name
+              end
+            end
+          end
           local ours = sym:name(tonumber(ip, 16), tonumber(spid))
           if ours ~= name then wrong[#wrong + 1] = ip .. ": perf " .. name .. ", ours " .. ours end
         end
