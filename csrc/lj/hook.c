@@ -100,6 +100,19 @@ static const char *h_two(lua_State *L, uint64_t g, size_t n, uint64_t *a, uint64
   return NULL;
 }
 
+/* whether only bytes i and i + 1 changed in the aligned words that hold
+ * them: the hook mask and the dispatch mode share theirs with fields a
+ * hook leaves alone, where the hook function's new address in G->hookf
+ * changes most bytes of its word (one of them, by the luck of ASLR, may
+ * look like the mask gaining its count bit) */
+static int h_alone(const uint8_t *ab, const uint8_t *bb, size_t i)
+{
+  size_t j, lo = i & ~(size_t)7, hi = ((i + 1) | 7) + 1;
+  for (j = lo; j < hi; j++)
+    if (j != i && j != i + 1 && ab[j] != bb[j]) return 0;
+  return 1;
+}
+
 /* the hook flag, mode and instruction table of L's VM, from G's first n
  * bytes plain (no hook), with a count hook and with the flag set by hand.
  * A sample may be pending (the flag set, the table hooked: then the count
@@ -119,7 +132,8 @@ static const char *h_scan(lua_State *L, uint64_t g, size_t n, uint64_t *a, uint6
   for (i = 0; i + 1 < 512; i++)
     if ((ab[i] ^ bb[i]) == LJH_MASKCOUNT && (bb[i] & LJH_MASKCOUNT) && (bb[i + 1] & LJH_DM_INS)
         && (!(ab[i + 1] & LJH_DM_INS) || (ab[i] & LJH_FLAG && ab[i + 1] == bb[i + 1]
-                                           && (ab[i + 1] & LJH_DM_PROF)))) {
+                                           && (ab[i + 1] & LJH_DM_PROF)))
+        && h_alone(ab, bb, i)) {
       hm = g + i;
       nhm++;
     }
