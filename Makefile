@@ -19,7 +19,7 @@ CC ?= cc
 # csrc/lj/: the LuaJIT readers (its layout, the safe point, the hook repair);
 # csrc/puc/: PUC Lua's hook sampler (the hook, its string pool, the struct reads)
 SRCS := $(wildcard csrc/*.c csrc/lj/*.c csrc/puc/*.c)
-HDRS := $(wildcard csrc/*.h csrc/lj/*.h csrc/puc/*.h)
+HDRS := $(wildcard csrc/*.h csrc/lj/*.h csrc/puc/*.h csrc/bpf/*.h)
 WARN := -Wall -Wextra -Werror -Wshadow
 BASECFLAGS := -std=gnu11 -fPIC -fvisibility=hidden $(WARN)
 OPT ?= -O2 -g
@@ -32,6 +32,18 @@ LIBDW ?= $(shell pkg-config --exists libdw 2>/dev/null && echo 1 || echo 0)
 ifeq ($(LIBDW),1)
   DW_CFLAGS := -DPE_HAVE_LIBDW $(shell pkg-config --cflags libdw)
   DW_LIBS := $(shell pkg-config --libs libdw)
+endif
+
+# The BPF program of `luaperf record --lua -p` (csrc/bpf/ljstack.bpf.c,
+# loaded by csrc/lj/bpfprof.c) needs libbpf (libbpf-dev, found by
+# pkg-config) and clang to build it; LIBBPF=0 builds without it, and the
+# core then says so.
+BPF_CLANG ?= clang
+LIBBPF ?= $(shell pkg-config --exists libbpf 2>/dev/null && command -v $(BPF_CLANG) >/dev/null 2>&1 && echo 1 || echo 0)
+ifeq ($(LIBBPF),1)
+  BPF_CFLAGS := -DPE_HAVE_LIBBPF -Ibuild/gen $(shell pkg-config --cflags libbpf)
+  BPF_LIBS := $(shell pkg-config --libs libbpf)
+  BPF_GEN := build/gen/ljstack_bpf.h
 endif
 
 LUAJIT_INC := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
@@ -60,16 +72,16 @@ endif
 
 TARGET := $(OUTDIR)/perf_event/core.so
 
-.PHONY: all asan rock test test-user test-asan test-stats test-sysctl lint clean bench doc bench-read bench-records bench-nginx bench-openresty bench-record bench-fleet bench-profile
+.PHONY: all asan rock test test-user test-asan test-stats test-sysctl lint clean bench doc bench-read bench-records bench-nginx bench-openresty bench-record bench-fleet bench-profile bench-remote
 all: $(TARGET)
 
 $(TARGET): $(call objs_of,$(LUA)) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(BASECFLAGS) $(OPT) $(CFLAGS) $(call objs_of,$(LUA)) -o $@ $(LDFLAGS_SO) $(LDFLAGS) $(DW_LIBS)
+	$(CC) $(BASECFLAGS) $(OPT) $(CFLAGS) $(call objs_of,$(LUA)) -o $@ $(LDFLAGS_SO) $(LDFLAGS) $(DW_LIBS) $(BPF_LIBS)
 
 build/asan/perf_event/core.so: $(call objs_of,asan) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(BASECFLAGS) -O1 -g $(ASAN_FLAGS) $(call objs_of,asan) -o $@ -shared $(ASAN_FLAGS) $(DW_LIBS)
+	$(CC) $(BASECFLAGS) -O1 -g $(ASAN_FLAGS) $(call objs_of,asan) -o $@ -shared $(ASAN_FLAGS) $(DW_LIBS) $(BPF_LIBS)
 
 asan: build/asan/perf_event/core.so build/test/asan/pesim.so build/test/asan/ljtest.so
 
@@ -80,7 +92,9 @@ asan: build/asan/perf_event/core.so build/test/asan/pesim.so build/test/asan/ljt
 define variant
 $(call objdir_of,$(1))/%.o: csrc/%.c $$(HDRS) Makefile
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(BASECFLAGS) $$(call cflags_of,$(1)) $$(call inc_of,$(1)) -Icsrc $$(if $$(filter %/unwind.c,$$<),$$(DW_CFLAGS)) -c $$< -o $$@
+	$$(CC) $$(BASECFLAGS) $$(call cflags_of,$(1)) $$(call inc_of,$(1)) -Icsrc $$(if $$(filter %/unwind.c,$$<),$$(DW_CFLAGS)) \
+	  $$(if $$(filter %/bpfprof.c,$$<),$$(BPF_CFLAGS)) -c $$< -o $$@
+$(call objdir_of,$(1))/lj/bpfprof.o: $(BPF_GEN)
 build/obj/$(1)/libpecore.a: $$(filter-out %/core.o,$$(call objs_of,$(1)))
 	rm -f $$@
 	ar rcs $$@ $$^
@@ -97,10 +111,18 @@ build/test/$(1)/ljtest.so: spec/support/ljtest.c build/obj/$(1)/libpecore.a $$(H
 endef
 $(foreach v,$(sort luajit lua5.4 lua5.1 asan rock $(LUA)),$(eval $(call variant,$(v))))
 
+# the BPF program, built for the bpf target and embedded in the core as bytes
+build/gen/ljstack.bpf.o: csrc/bpf/ljstack.bpf.c csrc/bpf/ljstack.h csrc/lj/offsets.h Makefile
+	@mkdir -p $(dir $@)
+	$(BPF_CLANG) -O2 -g -Wall -Wextra -Werror -target bpf -Icsrc -I/usr/include/$(shell $(CC) -dumpmachine) -c $< -o $@
+build/gen/ljstack_bpf.h: build/gen/ljstack.bpf.o
+	{ echo 'static const unsigned char ljstack_bpf[] = {'; \
+	  od -An -v -tx1 $< | sed 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'; echo '};'; } > $@
+
 rock: $(ROCK_DIR)/perf_event/core.so
 $(ROCK_DIR)/perf_event/core.so: $(call objs_of,rock) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(BASECFLAGS) $(OPT) $(CFLAGS) $(call objs_of,rock) -o $@ $(LDFLAGS_SO) $(LDFLAGS) $(DW_LIBS)
+	$(CC) $(BASECFLAGS) $(OPT) $(CFLAGS) $(call objs_of,rock) -o $@ $(LDFLAGS_SO) $(LDFLAGS) $(DW_LIBS) $(BPF_LIBS)
 
 # Test fixtures: a small C library and programs the specs probe (uprobes,
 # breakpoints on code, exact call counts).
@@ -169,7 +191,7 @@ test-sysctl: fixtures all
 
 lint:
 	luacheck lua spec bin examples bench
-	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --std=c11 csrc
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --std=c11 -i csrc/bpf csrc
 
 # benchmarks: ratios against a C baseline in the same run (see README)
 bench-read: all
@@ -192,7 +214,12 @@ bench-profile: all
 	$(MAKE) LUA=lua5.4
 	$(MAKE) LUA=lua5.1
 	bench/profile/run.sh 15 0.2
-bench: bench-read bench-records bench-nginx bench-openresty bench-record bench-fleet bench-profile
+# luaperf record --lua -p on an unprepared LuaJIT (root, libbpf): what it costs
+# the target at 99 and 999 Hz, and its own CPU
+bench-remote: all
+	luajit bench/remote/overhead.lua 99 30
+	luajit bench/remote/overhead.lua 999 10
+bench: bench-read bench-records bench-nginx bench-openresty bench-record bench-fleet bench-profile bench-remote
 
 # the LDoc reference (lua-ldoc) -> doc/reference/; LDoc copies its
 # template to /tmp/ldoc_root (a fixed name, TMPDIR not heeded) and leaves it

@@ -100,7 +100,9 @@ PE_EXPORT int luaopen_perf_event_core(lua_State *L)
   pe_open_luahook(L);
   pe_open_ljhook(L);
   pe_open_ljremote(L);
+  pe_open_ljbpf(L);
   pe_open_ownfile(L);
+  pe_open_tty(L);
   lua_pushinteger(L, PE_ATTR_SIZE_VER8);
   lua_setfield(L, -2, "ATTR_SIZE");
   lua_pushliteral(L, "0.1.0");

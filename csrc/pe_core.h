@@ -12,6 +12,8 @@
  *   fast.c                 the pe_fast_* FFI entry points
  *   perfdata.c             perf.data helpers: raw ring records, LE packing, build-ids
  *   event.c                event methods, ioctls, reads, the event metatable
+ *   lj/bpfprof.c           the BPF program that reads another process's
+ *                          Lua stack at its samples: core._private.ljb_*
  *   lj/remote.c            another process's LuaJIT, read from outside
  *                          (luaperf dump --lua): core._private.ljr_*
  *   lj/safepoint.c         the safe-point stacks (pe.profile on LuaJIT): the
@@ -37,8 +39,9 @@
  *                          reads of this process's memory (the
  *                          samplers above)
  *   lifecycle.c            open, close/gc, fork generation, mmap, accessors
- *   layouts.c spawn.c dir.c  shared-ring decode layouts (E6); spawn/wait;
- *                          core.readdir, files at predictable paths
+ *   layouts.c spawn.c dir.c tty.c  shared-ring decode layouts (E6); spawn/wait;
+ *                          core.readdir, files at predictable paths; the
+ *                          terminal of luaperf top
  *   unwind.c               core.unwind: DWARF unwinding of user stacks (libdw)
  *   records.c              the record decoder
  *   readfmt.c              read_format decoding, scaling
@@ -115,6 +118,7 @@ int pe_l_attr_decode(lua_State *L);
 int pe_l_bits(lua_State *L);
 int pe_l_readdir(lua_State *L);           /* dir.c */
 void pe_open_ownfile(lua_State *L);       /* dir.c: core._private.own_* */
+void pe_open_tty(lua_State *L);           /* tty.c: core._private.tty_* (luaperf top) */
 void pe_open_unwind(lua_State *L);        /* unwind.c: core.unwind, unwind_available, unwind_regs */
 
 /* ---- read_format decoding (readfmt.c) ----------------------------------- */
@@ -340,6 +344,7 @@ int pe_signal_fd(void);
 int pe_child_pid(lua_State *L, int idx);
 void pe_open_luasafe(lua_State *L);         /* lj/safepoint.c */
 void pe_open_ljremote(lua_State *L);        /* lj/remote.c */
+void pe_open_ljbpf(lua_State *L);           /* lj/bpfprof.c */
 void pe_open_luahook(lua_State *L);         /* puc/hook.c */
 /* lj/hook.c: LuaJIT's profiler hook flag and dispatch table (LuaJIT on
  * x86-64; elsewhere find says why not and the rest do nothing).  find:

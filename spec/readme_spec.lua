@@ -86,12 +86,14 @@ describe("README.md", function()
                    :gsub("^bin/luaperf", interp .. " bin/luaperf")
                    :gsub("luajit %-l", interp .. " -l")
           local env = ("LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='%s/?.so;;' "):format(build)
-          -- dump -p PID: a plain LuaJIT program spinning meanwhile
-          local target = cmd:find(" dump ", 1, true)
+          -- -p PID: a plain LuaJIT program spinning meanwhile
+          local target = cmd:find("-p PID", 1, true)
             and tonumber(U.sh("sh -c 'luajit -e \"while true do end\" >/dev/null 2>&1 & echo $!'"))
           if target then cmd = cmd:gsub("%-p PID", "-p " .. target) end
           local out, rc = U.run(env .. cmd .. " 2>&1")
-          if target then
+          if target and cmd:find(" record ", 1, true) then
+            U.sh("kill " .. target)
+          elseif target then
             U.sh("kill " .. target)
             assert.truthy(out:find(("Thread %d %%(LuaJIT VM 0x%%x+%%): "):format(target)), cmd .. "\n" .. out)
           end

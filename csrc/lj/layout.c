@@ -127,19 +127,11 @@ uint64_t lj_snap_pc(const lj_mem *m, uint64_t tr, uint64_t s)
   return lj_u64_any(m, map + 4 * ent) >> 8;
 }
 
-uint64_t lj_trace_pc(const lj_mem *m, uint64_t jtrace, int32_t t, uint64_t ip, uint64_t sp)
+/* the PC of trace tr's snapshot for machine code offset ofs */
+static uint64_t lj_snap_at(const lj_mem *m, uint64_t tr, uint32_t ofs)
 {
-  uint64_t tr = lj_trace(m, jtrace, t), mc, snap;
-  uint32_t sz, ofs, lo, hi;
-  int k;
-  if (!tr) return 0;
-  mc = lj_u64(m, tr + LJ_T_MCODE);
-  sz = (uint32_t)lj_i32(m, tr + LJ_T_SZMCODE);
-  for (k = 0; ip - mc >= sz; k++) {
-    if (k == LJ_RET_WORDS) return 0;
-    ip = lj_u64(m, sp + 8 * (uint64_t)k);
-  }
-  ofs = (uint32_t)(ip - mc);
+  uint64_t snap;
+  uint32_t lo, hi;
   snap = lj_u64(m, tr + LJ_T_SNAP);
   hi = lj_u16(m, tr + LJ_T_NSNAP);
   if (!snap || !hi) return 0;
@@ -149,6 +141,36 @@ uint64_t lj_trace_pc(const lj_mem *m, uint64_t jtrace, int32_t t, uint64_t ip, u
   }
   if (lo == 0) return 0;
   return lj_snap_pc(m, tr, snap + LJ_SNAP_SIZE * (uint64_t)(lo - 1));
+}
+
+uint64_t lj_trace_pc(const lj_mem *m, uint64_t jtrace, int32_t t, uint64_t ip, uint64_t sp)
+{
+  uint64_t tr = lj_trace(m, jtrace, t), mc;
+  uint32_t sz;
+  int k;
+  if (!tr) return 0;
+  mc = lj_u64(m, tr + LJ_T_MCODE);
+  sz = (uint32_t)lj_i32(m, tr + LJ_T_SZMCODE);
+  for (k = 0; ip - mc >= sz; k++) {
+    if (k == LJ_RET_WORDS) return 0;
+    ip = lj_u64(m, sp + 8 * (uint64_t)k);
+  }
+  return lj_snap_at(m, tr, (uint32_t)(ip - mc));
+}
+
+uint64_t lj_trace_pc_w(const lj_mem *m, uint64_t jtrace, int32_t t, uint64_t ip, const uint64_t *words, int n)
+{
+  uint64_t tr = lj_trace(m, jtrace, t), mc;
+  uint32_t sz;
+  int k;
+  if (!tr) return 0;
+  mc = lj_u64(m, tr + LJ_T_MCODE);
+  sz = (uint32_t)lj_i32(m, tr + LJ_T_SZMCODE);
+  for (k = 0; ip - mc >= sz; k++) {
+    if (k == n) return 0;
+    ip = words[k];
+  }
+  return lj_snap_at(m, tr, (uint32_t)(ip - mc));
 }
 
 int32_t lj_pc_line(const lj_mem *m, uint64_t fn, uint64_t pc)
@@ -163,12 +185,36 @@ int32_t lj_pt_line(const lj_mem *m, uint64_t pt, uint64_t pc)
   uint64_t bc = pt + LJ_PT_SIZE, li;
   uint32_t size, pos, numline;
   int32_t first;
+  if (m->pid) {
+    /* another process: its header in one read */
+    uint8_t hdr[LJ_PT_SIZE];
+    if (!lj_read(m, pt, hdr, sizeof hdr)) return -1;
+    return lj_pt_line_h(m, pt, hdr, pc);
+  }
   size = (uint32_t)lj_i32(m, pt + LJ_PT_SIZEBC);
   if (pc < bc || pc - bc >= 4 * (uint64_t)size || (pc & 3)) return -1;
   pos = (uint32_t)((pc - bc) / 4);
   li = lj_u64(m, pt + LJ_PT_LINEINFO);
   first = lj_i32(m, pt + LJ_PT_FIRSTLINE);
   numline = (uint32_t)lj_i32(m, pt + LJ_PT_NUMLINE);
+  if (!li) return -1;
+  if (pos-- == 0) return first;
+  if (numline < 256) return first + (int32_t)lj_u8(m, li + pos);
+  if (numline < 65536) return first + (int32_t)lj_u16(m, li + 2 * (uint64_t)pos);
+  return first + lj_i32(m, li + 4 * (uint64_t)pos);
+}
+
+int32_t lj_pt_line_h(const lj_mem *m, uint64_t pt, const uint8_t *hdr, uint64_t pc)
+{
+  uint64_t bc = pt + LJ_PT_SIZE, li;
+  uint32_t size, pos, numline;
+  int32_t first;
+  memcpy(&size, hdr + LJ_PT_SIZEBC, 4);
+  if (pc < bc || pc - bc >= 4 * (uint64_t)size || (pc & 3)) return -1;
+  pos = (uint32_t)((pc - bc) / 4);
+  memcpy(&li, hdr + LJ_PT_LINEINFO, 8);
+  memcpy(&first, hdr + LJ_PT_FIRSTLINE, 4);
+  memcpy(&numline, hdr + LJ_PT_NUMLINE, 4);
   if (!li) return -1;
   if (pos-- == 0) return first;
   if (numline < 256) return first + (int32_t)lj_u8(m, li + pos);
@@ -194,22 +240,47 @@ int lj_str(const lj_mem *m, uint64_t s, char *out, size_t n)
   return k > 0;
 }
 
+/* the prototype whose header is hdr (read at pt), k instructions before
+ * pc: its type, size, lines and name check, and pc has a line in it */
+static int lj_pt_at(const lj_mem *m, uint64_t pt, const uint8_t *hdr, uint32_t k, uint64_t pc)
+{
+  uint64_t name;
+  uint32_t sizebc;
+  int32_t numline;
+  if (hdr[LJ_FN_GCT] != LJ_GCT_PROTO) return 0;
+  memcpy(&sizebc, hdr + LJ_PT_SIZEBC, 4);
+  memcpy(&name, hdr + LJ_PT_CHUNKNAME, 8);
+  memcpy(&numline, hdr + LJ_PT_NUMLINE, 4);
+  if (sizebc <= k || numline < 0 || lj_gct(m, lj_gcref(name)) != LJ_GCT_STR) return 0;
+  return lj_pt_line_h(m, pt, hdr, pc) >= 0;
+}
+
 uint64_t lj_proto_of_pc(const lj_mem *m, uint64_t pc)
 {
-  uint32_t k;
+  /* the candidates' headers a block at a time (one read for 1024 of
+   * them: another process's memory costs a system call a read) */
+  enum { NB = 1024 };
+  uint8_t buf[4 * (NB - 1) + LJ_PT_SIZE];
+  uint32_t k = 0, n, j;
   if (pc < 0x10000 + LJ_PT_SIZE || (pc & 3)) return 0;
-  for (k = 0; k < 65536; k++) {
-    uint64_t bc = pc - 4 * (uint64_t)k, pt = bc - LJ_PT_SIZE, name;
-    uint8_t hdr[LJ_PT_SIZE];
-    uint32_t sizebc;
-    int32_t numline;
-    if (!lj_read(m, pt, hdr, sizeof hdr) || hdr[LJ_FN_GCT] != LJ_GCT_PROTO) continue;
-    memcpy(&sizebc, hdr + LJ_PT_SIZEBC, 4);
-    memcpy(&name, hdr + LJ_PT_CHUNKNAME, 8);
-    memcpy(&numline, hdr + LJ_PT_NUMLINE, 4);
-    if (sizebc <= k || numline < 0 || lj_gct(m, lj_gcref(name)) != LJ_GCT_STR) continue;
-    if (lj_pt_line(m, pt, pc) < 0) continue;
-    return pt;
+  while (k < 65536) {
+    uint64_t hi = pc - 4 * (uint64_t)k - LJ_PT_SIZE, lo;
+    n = NB;
+    if (n > 65536 - k) n = 65536 - k;
+    if (hi < 0x10000) return 0;
+    if ((hi - 0x10000) / 4 + 1 < n) n = (uint32_t)((hi - 0x10000) / 4 + 1);
+    lo = hi - 4 * (uint64_t)(n - 1);
+    if (lj_read(m, lo, buf, 4 * (size_t)(n - 1) + LJ_PT_SIZE)) {
+      for (j = 0; j < n; j++)
+        if (lj_pt_at(m, hi - 4 * (uint64_t)j, buf + 4 * (n - 1 - j), k + j, pc)) return hi - 4 * (uint64_t)j;
+    } else {
+      for (j = 0; j < n; j++) {
+        uint8_t hdr[LJ_PT_SIZE];
+        uint64_t pt = hi - 4 * (uint64_t)j;
+        if (lj_read(m, pt, hdr, sizeof hdr) && lj_pt_at(m, pt, hdr, k + j, pc)) return pt;
+      }
+    }
+    k += n;
   }
   return 0;
 }

@@ -46,60 +46,7 @@ extern void luaJIT_profile_stop(lua_State *L) __attribute__((weak, visibility("d
 int pe_lj_here(void);
 #endif
 
-#define LJ_L_G 16
-#define LJ_L_BASE 32
-#define LJ_L_STACK 56
-#define LJ_L_CFRAME 80
-#define LJ_L_SIZE 88                 /* lua_State.stacksize (slots) */
-#define LJ_GCMASK ((((uint64_t)1) << 47) - 1)
-#define LJ_FN_GCT 9
-#define LJ_FN_FFID 10
-#define LJ_FNL_PC 32
-#define LJ_FNC_F 40
-#define LJ_FNC_UV0 48
-#define LJ_GCT_FUNC 8
-#define LJ_GCT_THREAD 6
-#define LJ_GCT_TRACE 9
-#define LJ_ITYPE_FUNC 0x1fff7u       /* (~LJ_TFUNC) & 0x1ffff */
-#define LJ_VMST_INTERP (~0)
-#define LJ_VMST_C (~1)
-#define LJ_T_NSNAP 10
-#define LJ_T_SNAP 48
-#define LJ_T_SNAPMAP 56
-#define LJ_T_SZMCODE 84
-#define LJ_T_MCODE 88
-#define LJ_SNAP_SIZE 12
-#define LJ_SNAP_REF 4
-#define LJ_SNAP_MCOFS 6
-#define LJ_SNAP_NENT 10
-#define LJ_PT_SIZE 104
-#define LJ_PT_SIZEBC 12
-#define LJ_PT_FIRSTLINE 72
-#define LJ_PT_NUMLINE 76
-#define LJ_PT_LINEINFO 80
-#define LJ_RET_WORDS 64    /* stack words searched for a trace's return address */
-/* what a reader of another process needs besides (lj/remote.c) */
-#define LJ_GG_G 112                  /* GG_State: the main lua_State at 0, G after it */
-#define LJ_L_ENV 72                  /* lua_State.env: its globals table */
-#define LJ_CF_L 16                   /* a C frame (L->cframe & ~3): its L, its saved PC */
-#define LJ_CF_PC 24
-#define LJ_T_STARTPT 64              /* GCtrace.startpt, .traceno */
-#define LJ_T_TRACENO 104
-#define LJ_PT_CHUNKNAME 64
-#define LJ_GCT_STR 4
-#define LJ_GCT_PROTO 7
-#define LJ_GCT_TAB 11
-#define LJ_STR_DATA 24               /* a GCstr's bytes follow it, NUL-terminated */
-#define LJ_ITYPE_STR 0x1fffbu
-#define LJ_ITYPE_TAB 0x1fff4u
-#define LJ_TAB_NODE 40               /* GCtab.node, .hmask; Node: val +0, key +8, 24 bytes */
-#define LJ_TAB_HMASK 52
-#define LJ_NODE_SIZE 24
-#define LJ_NODE_KEY 8
-#define LJ_CURL_MAINTH 176           /* &G->cur_L - &G->mainthref: tmpbuf, tmptv(2), nilnode,
-                                        registrytv, uvhead, hookcount(2), hookf, wrapf, panic,
-                                        bc_cfunc_int/ext between (2.1, GC64) */
-#define LJ_MINSTACK 20               /* LUA_MINSTACK: global_State.bc_cfunc_int's A */
+#include "lj/offsets.h"
 
 /* the process read: pid 0 is this one */
 typedef struct lj_mem {
@@ -155,7 +102,6 @@ static inline int lj_thread_of(const lj_mem *m, uint64_t th, uint64_t g)
  * a frame's slot holds its link (ftsz): a Lua frame's is its caller's PC
  * (low bits 0), any other's the frame's size in bytes with its type in the
  * low 3 bits (FRAME_VARG 3); the slot below holds the function */
-#define LJ_FRAME_VARG 3
 static inline int lj_frame_isvarg(int64_t ftsz) { return (ftsz & 7) == LJ_FRAME_VARG; }
 /* the frame below the one at frame (its link ftsz): one slot above the
  * caller's base */
@@ -196,6 +142,8 @@ uint64_t lj_snap_pc(const lj_mem *m, uint64_t tr, uint64_t s);
  * or, ip being in a helper the trace called, of the return address into
  * the trace among the LJ_RET_WORDS words above sp; 0 when none */
 uint64_t lj_trace_pc(const lj_mem *m, uint64_t jtrace, int32_t t, uint64_t ip, uint64_t sp);
+/* the same with the n words above sp given (read at a sample) */
+uint64_t lj_trace_pc_w(const lj_mem *m, uint64_t jtrace, int32_t t, uint64_t ip, const uint64_t *words, int n);
 
 /* ---- prototypes ----
  * the line of bytecode PC pc in Lua function fn (lj_debug_line), or -1
@@ -207,6 +155,8 @@ int32_t lj_pc_line(const lj_mem *m, uint64_t fn, uint64_t pc);
 uint64_t lj_proto_of_pc(const lj_mem *m, uint64_t pc);
 /* the line of bytecode PC pc in prototype pt, -1 when not one of its */
 int32_t lj_pt_line(const lj_mem *m, uint64_t pt, uint64_t pc);
+/* the same from the prototype's header, read already (LJ_PT_SIZE bytes at pt) */
+int32_t lj_pt_line_h(const lj_mem *m, uint64_t pt, const uint8_t *hdr, uint64_t pc);
 /* a GCstr's bytes (at most n - 1, NUL-terminated) into out; 0 when s is not
  * a readable string */
 int lj_str(const lj_mem *m, uint64_t s, char *out, size_t n);

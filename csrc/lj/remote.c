@@ -18,6 +18,9 @@
  *                                        addr}, ...}: a table's string keys
  *   _private.ljr_env(pid, thread)     -> the thread's globals table
  *   _private.ljr_ffid(pid, fn)        -> the function's ffid
+ *   _private.ljr_chain(pid, st, sample) -> {ok=, why=, frames=}: a chain
+ *                                        the BPF program read, decoded and
+ *                                        checked
  *   _private.ljr_stop(tid)            -> regs {rip=, rsp=, rbx=, rdx=,
  *                                        r14=} | nil, why, errno
  *   _private.ljr_detach(tid)          -> true | nil, why, errno
@@ -37,6 +40,7 @@
 #define LJR_MAXF 256                 /* frames walked at most */
 #define LJR_NAME 512                 /* bytes of a chunk name kept */
 #define LJR_FRAME_CONT 2
+#define LJR_RET 32                   /* a BPF sample's words above its sp */
 
 /* ---- small helpers ---- */
 
@@ -289,18 +293,19 @@ static void ljr_start(lua_State *L, ljr_walk *w, int st, int regs)
   }
 }
 
-/* one frame: fn (a GCfunc) with PC pc (0: not known) */
-static void ljr_add(ljr_walk *w, uint64_t fn, uint64_t pc)
+/* one frame: fn (a GCfunc) of ffid ffid whose bytecode (a Lua function)
+ * or C function is x, with PC pc (0: not known) */
+static void ljr_add_as(ljr_walk *w, uint64_t fn, int ffid, uint64_t x, uint64_t pc)
 {
   ljr_frame *f;
   if (w->n == LJR_MAXF) { w->trunc = 1; return; }
   f = &w->f[w->n++];
   memset(f, 0, sizeof *f);
   f->fn = fn;
-  f->ffid = lj_ffid(w->m, fn);
+  f->ffid = ffid;
   f->line = -1;
   if (f->ffid == 0) {
-    uint64_t bc = lj_u64(w->m, fn + LJ_FNL_PC);
+    uint64_t bc = x;
     f->pt = bc - LJ_PT_SIZE;
     if (pc) {
       f->line = lj_pt_line(w->m, f->pt, pc);
@@ -325,8 +330,15 @@ static void ljr_add(ljr_walk *w, uint64_t fn, uint64_t pc)
     }
     f->pc = pc;
   } else if (f->ffid == 1) {
-    f->cfunc = lj_u64(w->m, fn + LJ_FNC_F);
+    f->cfunc = x;
   }
+}
+
+/* one frame: fn (a GCfunc) as it is now, with PC pc (0: not known) */
+static void ljr_add(ljr_walk *w, uint64_t fn, uint64_t pc)
+{
+  int ffid = lj_ffid(w->m, fn);
+  ljr_add_as(w, fn, ffid, ffid == 0 ? lj_u64(w->m, fn + LJ_FNL_PC) : ffid == 1 ? lj_u64(w->m, fn + LJ_FNC_F) : 0, pc);
 }
 
 /* the frames of w->l from w->base down (lj/walk.c's traversal: dummy
@@ -354,7 +366,7 @@ static void ljr_frames(ljr_walk *w)
     /* the caller's PC: a Lua frame's link; a continuation's (a metamethod
      * the VM called) two slots below its link (lj_frame.h, FR2) */
     if (!skip)
-      pc = (ftsz & 3) == 0 ? (uint64_t)ftsz - 4 : (ftsz & 7) == LJR_FRAME_CONT ? lj_u64(m, frame - 16) - 4 : 0;
+      pc = (ftsz & 3) == 0 ? (uint64_t)ftsz - 4 : (ftsz & 7) == LJ_FRAME_CONT ? lj_u64(m, frame - 16) - 4 : 0;
     if (prev >= frame) break;
     frame = prev;
   }
@@ -368,11 +380,19 @@ static void ljr_push_frame(lua_State *L, const lj_mem *m, const ljr_frame *f)
   lua_pushinteger(L, f->ffid);
   lua_setfield(L, -2, "ffid");
   if (f->ffid == 0) {
-    lua_pushstring(L, lj_str(m, lj_gcref(lj_u64(m, f->pt + LJ_PT_CHUNKNAME)), name, sizeof name) ? name : "?");
+    uint8_t hdr[LJ_PT_SIZE];
+    uint64_t chunk = 0;
+    int32_t first = 0, numline = 0;
+    if (lj_read(m, f->pt, hdr, sizeof hdr)) {      /* the prototype's header in one read */
+      memcpy(&chunk, hdr + LJ_PT_CHUNKNAME, 8);
+      memcpy(&first, hdr + LJ_PT_FIRSTLINE, 4);
+      memcpy(&numline, hdr + LJ_PT_NUMLINE, 4);
+    }
+    lua_pushstring(L, chunk && lj_str(m, lj_gcref(chunk), name, sizeof name) ? name : "?");
     lua_setfield(L, -2, "chunk");
-    lua_pushinteger(L, lj_i32(m, f->pt + LJ_PT_FIRSTLINE));
+    lua_pushinteger(L, first);
     lua_setfield(L, -2, "linedefined");
-    lua_pushinteger(L, lj_i32(m, f->pt + LJ_PT_FIRSTLINE) + lj_i32(m, f->pt + LJ_PT_NUMLINE));
+    lua_pushinteger(L, first + numline);
     lua_setfield(L, -2, "lastlinedefined");
     ljr_setnum(L, "pt", f->pt);
     if (f->line >= 0) {
@@ -424,6 +444,112 @@ static int l_walk(lua_State *L)
   lua_setfield(L, -2, "how");
   lua_pushboolean(L, w->trunc);
   lua_setfield(L, -2, "truncated");
+  lua_createtable(L, w->n, 0);
+  for (i = 0; i < w->n; i++) {
+    ljr_push_frame(L, &m, &w->f[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "frames");
+  free(w);
+  return 1;
+}
+
+/* a sample table's array field k: its i-th number (1-based), 0 when none */
+static uint64_t ljr_at(lua_State *L, int t, const char *k, int i)
+{
+  uint64_t v;
+  lua_getfield(L, t, k);
+  lua_rawgeti(L, -1, i);
+  v = lua_isnumber(L, -1) ? (uint64_t)lua_tonumber(L, -1) : 0;
+  lua_pop(L, 2);
+  return v;
+}
+
+/* ljr_chain(pid, st, sample) -> {ok=, why=, frames={...}}: a chain the
+ * BPF program read at a sample (lj/bpfprof.c's sample table), decoded as
+ * ljr_walk decodes one and checked: each frame holds a function, and the
+ * leaf's PC lies in the leaf's bytecode (interpreted), or in a prototype
+ * (compiled: the trace's snapshot, found from the sample's ip and the
+ * words above its sp).  st.jtrace is found once and kept */
+static int l_chain(lua_State *L)
+{
+  lj_mem m;
+  ljr_walk *w;
+  uint64_t words[LJR_RET], pc;
+  int i, n, how;
+  const char *why = NULL;
+  m.pid = ljr_pid(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  w = calloc(1, sizeof *w);
+  if (!w) return luaL_error(L, "out of memory");
+  w->m = &m;
+  w->l = ljr_num(L, 3, "l");
+  lua_getfield(L, 3, "vmstate");
+  w->vmstate = (int)lua_tointeger(L, -1);
+  lua_getfield(L, 3, "how");
+  how = (int)lua_tointeger(L, -1);
+  lua_pop(L, 2);
+  pc = ljr_num(L, 3, "pc");
+  if (how == 2 && w->vmstate > 0) {            /* a trace: its snapshot's PC */
+    uint64_t jt = ljr_num(L, 2, "jtrace");
+    if (!jt && (jt = lj_find_traces_no(&m, ljr_num(L, 2, "g"), (uint32_t)w->vmstate))) {
+      lua_pushnumber(L, (lua_Number)jt);
+      lua_setfield(L, 2, "jtrace");
+    }
+    for (i = 0; i < LJR_RET; i++) words[i] = ljr_at(L, 3, "ret", i + 1);
+    /* (0, no snapshot: the sample in code the trace called, its return
+     * address deeper than the words read; the leaf without its line) */
+    pc = jt ? lj_trace_pc_w(&m, jt, w->vmstate, ljr_num(L, 3, "rip"), words, LJR_RET) : 0;
+  }
+  lua_getfield(L, 3, "fn");
+  n = (int)pe_rawlen(L, -1);
+  lua_pop(L, 1);
+  for (i = 1; i <= n && !why; i++) {
+    /* each function as the program found it at the sample (gct, ffid,
+     * bytecode or C function): a closure may be gone by now */
+    uint64_t fn = ljr_at(L, 3, "fn", i), x = ljr_at(L, 3, "fpc", i), kind = ljr_at(L, 3, "kind", i);
+    uint64_t fpc = i == 1 ? (how == 6 ? 0 : pc) : ljr_at(L, 3, "pcs", i - 1);
+    int gct = (int)(kind & 0xff), ffid = (int)((kind >> 8) & 0xff);
+    if (i > 1 && fpc) fpc -= 4;
+    /* a dummy frame, or the frame of a resume holding the coroutine it
+     * resumes: a thread where the function would be */
+    if (fn == w->l || gct == LJ_GCT_THREAD) continue;
+    /* at a return's edge the returning frame's slot may hold a result
+     * already: the frame is gone, its caller is the leaf */
+    if (i == 1 && how == 6 && gct != LJ_GCT_FUNC) continue;
+    if (gct != LJ_GCT_FUNC || (ffid <= 1 && !x)) { why = "a frame without a function"; break; }
+    /* interpreted, before the dispatch moved past the function's first
+     * instruction: PC is that instruction */
+    if (i == 1 && how == 1 && ffid == 0 && fpc + 4 == x) fpc += 4;
+    ljr_add_as(w, fn, ffid, x, fpc);
+  }
+  /* interpreted: the leaf's PC in its bytecode (at an edge or in a
+   * builtin, rbx is the leaf frame's link: the frames are the check) */
+  if (!why && how == 1 && (w->n == 0 || w->f[0].ffid != 0 || w->f[0].line < 0))
+    why = "the leaf's PC is not in the leaf's function";
+  /* C, the GC, a helper the interpreter called: L->base and the PC the VM
+   * saved with it agree (a Lua leaf holds that PC) */
+  if (!why && how == 3 && w->n > 0 && w->f[0].ffid == 0 && pc && w->f[0].line < 0)
+    why = "the saved PC is not in the leaf's function";
+  /* the registers named no frame (the VM's entry and exit code, between
+   * two threads): L->base is fresh while the C function or builtin whose
+   * frame it is runs (the VM between it and what it calls, or a resume
+   * between the threads); a Lua function there may be long gone */
+  if (!why && how == 7 && (w->n == 0 || w->f[0].ffid == 0)) why = "the VM between two frames";
+  /* a trace (or what it called): the base frame is the trace's, a Lua
+   * function; its line is the snapshot's when one is found (a stitched
+   * call's snapshot, a side trace's, may hold a PC in no prototype: the
+   * leaf without its line then) */
+  if (!why && (how == 2 || how == 5) && (w->n == 0 || w->f[0].ffid != 0))
+    why = "the trace's base frame holds no Lua function";
+  lua_createtable(L, 0, 3);
+  lua_pushboolean(L, why == NULL);
+  lua_setfield(L, -2, "ok");
+  if (why) {
+    lua_pushstring(L, why);
+    lua_setfield(L, -2, "why");
+  }
   lua_createtable(L, w->n, 0);
   for (i = 0; i < w->n; i++) {
     ljr_push_frame(L, &m, &w->f[i]);
@@ -555,7 +681,7 @@ static int l_detach(lua_State *L)
 #define LJR_FUNCS                                                                         \
   {"ljr_find", l_find}, {"ljr_state", l_state}, {"ljr_walk", l_walk}, {"ljr_fields", l_fields}, \
   {"ljr_stop", l_stop}, {"ljr_detach", l_detach}, {"ljr_env", l_env}, \
-  {"ljr_ffid", l_ffid}
+  {"ljr_ffid", l_ffid}, {"ljr_chain", l_chain}
 
 #else
 
@@ -568,7 +694,7 @@ static int l_none(lua_State *L)
 #define LJR_FUNCS                                                                            \
   {"ljr_find", l_none}, {"ljr_state", l_none}, {"ljr_walk", l_none}, {"ljr_fields", l_none}, \
   {"ljr_stop", l_none}, {"ljr_detach", l_none}, {"ljr_env", l_none}, \
-  {"ljr_ffid", l_none}
+  {"ljr_ffid", l_none}, {"ljr_chain", l_none}
 
 #endif
 

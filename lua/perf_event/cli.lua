@@ -20,7 +20,7 @@ require("perf_event.core")
 
 -- one module per subcommand, loaded when it runs
 local SUB = { stat = "perf_event.cli.stat", list = "perf_event.cli.list", record = "perf_event.cli.record",
-              dump = "perf_event.cli.dump" }
+              dump = "perf_event.cli.dump", top = "perf_event.cli.top" }
 
 local USAGE = setmetatable({
   main = [[
@@ -30,6 +30,7 @@ usage: luaperf COMMAND [OPTIONS] [-- CMD ARGS...]
   list     list the event names this machine offers
   record   sample CMD and write folded stacks (flame-graph input) or perf.data
   dump     print the Lua stacks of a running LuaJIT process, as they are now
+  top      watch the hottest Lua functions of a running LuaJIT process, live
 
 Run 'luaperf COMMAND --help' for the options of a command.
 ]],
@@ -39,6 +40,7 @@ function M.stat(argv) return require(SUB.stat).stat(argv) end
 function M.list(argv) return require(SUB.list).list(argv) end
 function M.record(argv) return require(SUB.record).record(argv) end
 function M.dump(argv) return require(SUB.dump).dump(argv) end
+function M.top(argv) return require(SUB.top).top(argv) end
 -- the reader of a process's perf map (luaperf record --lua -p)
 function M.luamap(...) return require(SUB.record).luamap(...) end
 
@@ -53,7 +55,7 @@ function M.main(argv)
     return cmd == nil and 2 or 0
   end
   if cmd == "--version" then io.stdout:write(pe()._VERSION, "\n") return 0 end
-  local fn = ({ stat = M.stat, list = M.list, record = M.record, dump = M.dump })[cmd]
+  local fn = ({ stat = M.stat, list = M.list, record = M.record, dump = M.dump, top = M.top })[cmd]
   if not fn then
     io.stderr:write(format("luaperf: unknown command '%s'\n\n", tostring(cmd)), USAGE.main)
     return 2

@@ -157,7 +157,7 @@ local function remote_names(pid, st)
 end
 
 -- a frame's name: name@chunk:line, or the builtin's or C function's
-local function frame_name(fr, names, root)
+local function frame_name(fr, names, root, lines)
   if fr.ffid == 0 then
     local src = fr.chunk or "?"
     local info = {
@@ -165,6 +165,7 @@ local function frame_name(fr, names, root)
       chunk = naming.chunk_name(src),
       linedefined = fr.linedefined,
     }
+    if not lines then return naming.frame_name(info) end
     local s = naming.frame_name(info, fr.line)
     if fr.inlined then s = s .. " (inlined)" end
     return s
@@ -173,6 +174,41 @@ local function frame_name(fr, names, root)
   if n then return n end
   if fr.ffid == 1 then return format("[C@0x%x]", fr.cfunc or 0) end
   return format("[builtin#%d]", fr.ffid)
+end
+
+--- A namer of process pid's frames (its VM st): a function from frames
+-- (leaf first, as ljr_walk and ljr_chain give them) to their names, root
+-- first. The names of its builtins are read once, when first needed.
+-- `opts.lines = false` names Lua functions by the line that defines them
+-- (one name a function, as `luaperf top` lists them), not the frame's line.
+function M.namer(pid, st, opts)
+  local names
+  local lines = not (opts and opts.lines == false)
+  local root = { abs = "/proc/" .. pid .. "/root", rel = "/proc/" .. pid .. "/cwd" }
+  -- a Lua frame's name by its chunk, definition and line (bounded)
+  local cache, ncache = {}, 0
+  return function(frames)
+    names = names or remote_names(pid, st)
+    local out = {}
+    for k = #frames, 1, -1 do
+      local fr = frames[k]
+      local s
+      if fr.ffid == 0 then
+        local key = (fr.chunk or "?") .. "\0" .. tostring(fr.linedefined) .. "\0" .. tostring(fr.line)
+                    .. (fr.inlined and "\0i" or "")
+        s = cache[key]
+        if not s then
+          s = frame_name(fr, names, root, lines)
+          if ncache >= 4096 then cache, ncache = {}, 0 end
+          cache[key], ncache = s, ncache + 1
+        end
+      else
+        s = frame_name(fr, names, root, lines)
+      end
+      out[#out + 1] = s
+    end
+    return out
+  end
 end
 
 -- the VM state's thread: the one whose r14 is the VM's DISPATCH, else the
@@ -227,12 +263,8 @@ function M.dump(pid, opts)
   for _, tid in ipairs(held) do P.ljr_detach(tid) end
   if not ok then return nil, err end
   -- named once the threads run again
-  local root = { abs = "/proc/" .. pid .. "/root", rel = "/proc/" .. pid .. "/cwd" }
   for i, v in ipairs(out.vms) do
-    local names = remote_names(pid, vms[i])
-    local fr = {}
-    for k = #v.raw, 1, -1 do fr[#fr + 1] = frame_name(v.raw[k], names, root) end
-    v.frames = fr
+    v.frames = M.namer(pid, vms[i])(v.raw)
     v.state = M.vmstate_name(v.vmstate)
   end
   out.comm = (read_all("/proc/" .. pid .. "/comm") or ""):gsub("\n$", "")

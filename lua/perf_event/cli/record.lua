@@ -53,13 +53,15 @@ usage: luaperf record [-e EVENT] [-F HZ | -c PERIOD] [-g | --call-graph fp|dwarf
                       with CMD, each Lua process of CMD profiles itself
                       (perf_event.autoprofile, loaded through LUA_INIT) and
                       its stacks, Lua callers included, are written when it
-                      closes its Lua state or calls os.exit; with -p PID, a
-                      LuaJIT process started with perf_event.luamap
-                      (luajit -l perf_event.luamap app.lua) is sampled and
-                      its JIT traces and interpreted lines are named from
-                      /tmp/perf-PID.map: the Lua leaf and the C frames under
-                      it, no Lua callers; folded output only (with CMD,
-                      --pprof and --speedscope too)
+                      closes its Lua state or calls os.exit; with -p PIDS,
+                      any running LuaJIT 2.1 process (nothing loaded in it)
+                      is sampled and each sample's Lua stack read at that
+                      instant by a BPF program (root, a core built with
+                      libbpf); without BPF, a process started with
+                      perf_event.luamap has its Lua leaf named from
+                      /tmp/perf-PID.map (folded output only)
+      --children      with --lua -p: every descendant of each PID too, those
+                      forked while recording included (nginx's workers)
 
 Folded output: one line per distinct stack, root first: 'comm;main;caller;callee N';
 with several events each stack is rooted at its event: 'EVENT;comm;main;... N'.
@@ -120,6 +122,27 @@ function M.record(argv)
     if not out then io.stderr:write("luaperf record: cannot write ", tostring(oerr), "\n") return 1 end
     if out ~= io.stdout then c._private.cloexec(out) end   -- not in CMD
     return record_lua_child(o, freq, period, out, path, as_profile)
+  end
+
+  if o.lua and pid then
+    -- the Lua stacks read at each sample (BPF): any LuaJIT process, as root
+    local remote = require("perf_event.cli.record_remote")
+    local ok, why = remote.available(s.c)
+    if ok then
+      local path = o.output or as_profile == "pprof" and "perf.pb.gz"
+                   or as_profile == "speedscope" and "perf.speedscope.json" or "perf.folded"
+      local out, oerr = io.stdout, nil
+      if path ~= "-" then out, oerr = io.open(path, "wb") end
+      if not out then io.stderr:write("luaperf record: cannot write ", tostring(oerr), "\n") return 1 end
+      if out ~= io.stdout then c._private.cloexec(out) end   -- not in CMD
+      return remote.record(s, out, path)
+    end
+    if as_profile or o.children or #s.pids > 1 then
+      io.stderr:write("luaperf record: ", why, "\n")
+      return 1
+    end
+    io.stderr:write("luaperf record: ", why, ": only a process started with perf_event.luamap is named "
+                    .. "(its leaf Lua frames, from /tmp/perf-PID.map)\n")
   end
 
   rc = sampling.expand(s)

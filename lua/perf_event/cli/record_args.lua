@@ -10,7 +10,7 @@ local format = string.format
 
 local C = require("perf_event.cli.common")
 local pe, core = C.pe, C.core
-local usage_error, parse_args, number_opt = C.usage_error, C.parse_args, C.number_opt
+local usage_error, parse_args, number_opt, int_list = C.usage_error, C.parse_args, C.number_opt, C.int_list
 
 local M = {}
 
@@ -73,7 +73,8 @@ function M.call_graph(v)
 end
 
 --- Parses and checks `luaperf record`'s arguments (a usage error raises).
--- @treturn[1] table the recording's settings: `o` (the options), `pid`,
+-- @treturn[1] table the recording's settings: `o` (the options), `pid`
+-- (`pids`: with --lua, every process of -p),
 -- `tid`, `tgid`, `wide`, `cpu_list`, `attach`, `freq`, `period`,
 -- `mmap_pages`, `cg`, `as_profile`, `c` (the core); just `o` for `-h`
 -- @treturn[2] nil
@@ -85,7 +86,7 @@ function M.options(argv)
     takes = { event = true, freq = true, count = true, pid = true, output = true, tid = true, cpu = true,
               ["call-graph"] = true, ["mmap-pages"] = true },
     flags = { g = true, help = true, folded = true, ["all-cpus"] = true, pprof = true, speedscope = true,
-              lua = true },
+              lua = true, children = true },
   })
   if o.help then return { o = o } end
   if o.pprof and o.speedscope then usage_error("record", "--pprof and --speedscope exclude each other") end
@@ -95,9 +96,7 @@ function M.options(argv)
     if o["all-cpus"] or o.cpu or o.tid then
       usage_error("record", "--lua profiles a command or a process (-p PID): not with -a, -C or -t")
     end
-    if o.pid and (o.pprof or o.speedscope) then   -- the options of perf_event.pprof's writers
-      usage_error("record", "--lua -p writes folded stacks: not with --pprof or --speedscope")
-    end
+
     if o["call-graph"] and o["call-graph"] ~= "fp" then
       usage_error("record", "--lua names the Lua code itself: not with --call-graph " .. o["call-graph"])
     end
@@ -109,7 +108,10 @@ function M.options(argv)
     usage_error("record", "--lua takes one -e EVENT")
   end
   if o.freq and o.count then usage_error("record", "-F and -c exclude each other") end
-  local pid = o.pid and number_opt("record", o.pid, "-p PID")
+  if o.children and not (o.lua and o.pid) then usage_error("record", "--children goes with --lua -p PID") end
+  -- --lua -p takes several processes (PID,PID...); the others one
+  local pids = o.lua and o.pid and int_list("record", o.pid, "-p PIDS")
+  local pid = pids and pids[1] or o.pid and number_opt("record", o.pid, "-p PID")
   -- -t TID: one thread, no inherit; -a / -C CPUS: pid -1 on each CPU (as perf record)
   local tid = o.tid and number_opt("record", o.tid, "-t TID")
   local wide = o["all-cpus"] or o.cpu ~= nil
@@ -155,7 +157,7 @@ function M.options(argv)
     end
     freq = want
   end
-  return { o = o, pid = pid, tid = tid, tgid = tgid, wide = wide, cpu_list = cpu_list, attach = attach,
+  return { o = o, pid = pid, pids = pids, tid = tid, tgid = tgid, wide = wide, cpu_list = cpu_list, attach = attach,
            freq = freq, period = period, mmap_pages = mmap_pages, cg = cg, as_profile = as_profile, c = c }
 end
 
