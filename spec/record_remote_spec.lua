@@ -138,8 +138,8 @@ function M.handle() ngx.say(hot_loop(300000)) end
 return M
 ]]
 
-  it("-p MASTER --children: both nginx workers' samples (pid labels), the handler's hot function on top "
-     .. "(go tool pprof)", function()
+  it("-p MASTER --children: both nginx workers' samples (pid labels), a worker forked meanwhile too, the "
+     .. "handler's hot function on top (go tool pprof)", function()
     local N = require("support.nginx")
     if not U.is_root() then pending("BPF: root") return end
     if not bpf_ok then pending(tostring(bpf_why)) return end
@@ -162,22 +162,56 @@ return M
     load = tonumber(U.sh(("sh -c 'while :; do curl -s -o /dev/null %s/hot & curl -s -o /dev/null %s/hot; wait; done "
                           .. ">/dev/null 2>&1 & echo $!'"):format(base, base)))
     local out = dir .. "/r.pb.gz"
-    local text, rc = U.luaperf(("record --lua -F 999 --children --pprof -p %d -o %s -- sleep 2"):format(master, out))
+    local function workers()
+      local w = {}
+      for _, pid in ipairs(require("perf_event.remote").with_children({ tonumber(master) })) do
+        if pid ~= tonumber(master) then w[#w + 1] = tostring(pid) end
+      end
+      return w
+    end
+    local rec = tonumber(U.sh(("sh -c '%s bin/luaperf record --lua -F 999 --children --pprof -p %d -o %s -- sleep 3 "
+                               .. ">%s/rec.out 2>&1 & echo $!'"):format(U.lua_cmd(), master, out, dir)))
+    -- a worker killed a second in: the master forks another, which the
+    -- recording follows (--children: descendants forked later too)
+    U.sh("sleep 1")
+    local before = workers()
+    assert.equal(2, #before)
+    U.sh("kill -9 " .. before[1])
+    local t0 = os.time()
+    while U.sh("kill -0 " .. rec .. " 2>/dev/null && echo on"):find("on") do
+      assert(os.time() - t0 < 20, "luaperf record did not end")
+      U.sh("sleep 0.1")
+    end
     U.sh("kill " .. load .. " 2>/dev/null")
     load = nil
-    assert.equal(0, rc, text)
-    local workers = {}
-    for _, pid in ipairs(require("perf_event.remote").with_children({ tonumber(master) })) do
-      if pid ~= tonumber(master) then workers[#workers + 1] = tostring(pid) end
-    end
-    assert.equal(2, #workers)
+    local text = U.read(dir .. "/rec.out") or ""
+    assert.truthy(text:find("%[ luaperf record: %d+ samples"), text)
+    local new
+    for _, w in ipairs(workers()) do if w ~= before[1] and w ~= before[2] then new = w end end
+    assert.truthy(new, "the master forked no worker")
     local go = ("env -u LD_PRELOAD HOME=%s GOCACHE=%s/gocache go tool pprof "):format(dir, dir)
     local tags = U.sh(go .. "-tags " .. out .. " 2>&1")
-    for _, w in ipairs(workers) do assert.truthy(tags:find("%f[%d]" .. w .. "%f[%D]"), tags) end
+    -- both workers of the start (one killed a second in) and the one forked
+    for _, w in ipairs({ before[1], before[2], new }) do assert.truthy(tags:find("%f[%d]" .. w .. "%f[%D]"), tags) end
     local top = U.sh(go .. "-top -nodecount=3 " .. out .. " 2>&1")
     -- the first row of -top: flat, flat%, sum%, cum, cum%, then the name
     local first = top:match("\n%s*[%d.]+%a*%s+[%d.]+%%%s+[%d.]+%%%s+[%d.]+%a*%s+[%d.]+%%%s+(%S+)")
     assert.equal("hot_loop", first, top)
+  end)
+
+  it("--speedscope: each process's stacks under a pid=N root frame, its Lua function named", function()
+    if not U.is_root() then pending("BPF: root") return end
+    if not bpf_ok then pending(tostring(bpf_why)) return end
+    local pid, dir = start(3)
+    finally(function() U.sh("kill " .. pid .. " 2>/dev/null; rm -rf " .. dir) end)
+    local text, rc = U.luaperf("record --lua --speedscope -p " .. pid .. " -o " .. dir .. "/s.json -- sleep 0.5")
+    assert.equal(0, rc, text)
+    local doc = require("dkjson").decode(U.slurp(dir .. "/s.json"))
+    assert.truthy(doc and doc.shared and doc.profiles, text)
+    local names = {}
+    for _, f in ipairs(doc.shared.frames) do names[f.name] = true end
+    assert.truthy(names["pid=" .. pid], "no pid=" .. pid .. " root frame")
+    assert.truthy(names.cls_loop or names.cls_off or names.cls_alloc, "no Lua function of the target named")
   end)
 
   it("refuses a process it cannot read (PUC Lua), saying why", function()
