@@ -24,8 +24,8 @@ local M = {}
 -- a target's C leaf namer: the sample's ip as pe.profile names a C leaf
 -- (the ELF symbol, "[module]" where none covers it), or nil for the VM's
 -- own code (the interpreter, LuaJIT's helpers, trace machine code) unless
--- the chain has no Lua frame; the maps are read again (at most once a
--- second) for an address in none of them: a library loaded since
+-- the chain has no Lua frame; the maps are read again (at most every 5 s)
+-- for an address in none of them: a library loaded since
 local function cleaf_namer(pid, st)
   local sym = require("perf_event.symbols").new({ kernel = false })
   sym:load_maps(pid)
