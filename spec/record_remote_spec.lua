@@ -32,7 +32,9 @@ end
 
 describe("luaperf record --lua -p PID on a LuaJIT process that loaded nothing of ours", function()
   if not have_luajit then
-    it("needs luajit", function() pending("no luajit: tools/setup installs luajit2") end)
+    it("needs luajit", function()
+      pending("no luajit: tools/setup installs luajit2")
+    end)
     return
   end
   local core = require("perf_event.core")

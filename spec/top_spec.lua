@@ -17,7 +17,9 @@ while true do hot_spin(900000) cold_spin(100000) end
 
 describe("luaperf top --lua -p PID", function()
   if not have then
-    it("needs luajit and tmux", function() pending("tools/setup installs luajit2 and tmux") end)
+    it("needs luajit and tmux", function()
+      pending("tools/setup installs luajit2 and tmux")
+    end)
     return
   end
 
@@ -29,7 +31,8 @@ describe("luaperf top --lua -p PID", function()
     core._private.ljb_close()
     local dir = U.sh("mktemp -d /tmp/pe_top.XXXXXX"):gsub("%s+$", "")
     local sock = "pe_top_" .. U.pid()
-    local tmux = "tmux -L " .. sock .. " "
+    -- (the server's socket in the test's directory, not /tmp/tmux-UID)
+    local tmux = "TMUX_TMPDIR=" .. dir .. " tmux -L " .. sock .. " "
     local pid
     finally(function()
       U.sh(tmux .. "kill-server 2>/dev/null")

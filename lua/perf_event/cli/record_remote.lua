@@ -104,8 +104,12 @@ local function open_events(s, P)
   return evs
 end
 
---- Whether the BPF program loads here: true, or nil and why not.
+--- Whether the BPF program loads here: true, or nil and why not
+-- (`PE_BPF=0` in the environment: not tried).
 function M.available(c)
+  if os.getenv("PE_BPF") == "0" then
+    return nil, "reading the Lua stacks at each sample needs BPF, switched off by PE_BPF=0"
+  end
   local ok, why = c._private.ljb_load()
   if ok then return true end
   return nil, "reading the Lua stacks at each sample needs BPF, which this cannot load (" .. tostring(why) .. ")"
