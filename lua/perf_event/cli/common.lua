@@ -100,8 +100,19 @@ local function int_list(cmd, v, what)
   return out
 end
 
+-- -p PID[,PID...] of dump and top: process ids, each >= 1
+local function pid_list(cmd, v)
+  local pids = {}
+  for p in tostring(v):gmatch("[^,]+") do
+    local n = p:match("^%d+$") and tonumber(p)
+    if not n or n < 1 then usage_error(cmd, format("-p takes process ids like 123,456, got '%s'", v)) end
+    pids[#pids + 1] = n
+  end
+  return pids
+end
 
 M.pe, M.core, M.Usage, M.usage_error, M.parse_args = pe, core, Usage, usage_error, parse_args
 M.number_opt, M.exit_code, M.open_output, M.int_list = number_opt, exit_code, open_output, int_list
+M.pid_list = pid_list
 
 return M

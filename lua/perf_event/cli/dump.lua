@@ -43,12 +43,7 @@ function M.dump(argv)
   if not o.lua then usage_error("dump", "--lua is required (dump prints Lua stacks)") end
   if not o.pid then usage_error("dump", "-p PID is required") end
   if #o.cmd > 0 then usage_error("dump", "dump takes no command: " .. o.cmd[1]) end
-  local pids = {}
-  for p in tostring(o.pid):gmatch("[^,]+") do
-    local n = p:match("^%d+$") and tonumber(p)
-    if not n or n < 1 then usage_error("dump", format("-p takes process ids like 123,456, got '%s'", o.pid)) end
-    pids[#pids + 1] = n
-  end
+  local pids = C.pid_list("dump", o.pid)
   local R = require("perf_event.remote")
   if o.children then pids = R.with_children(pids) end
   local rc = 0

@@ -114,13 +114,19 @@ function M.record(argv)
   if o.help then io.stdout:write(USAGE.record) return 0 end
   local c, pid, freq, period, as_profile = s.c, s.pid, s.freq, s.period, s.as_profile
   c.catch_signals()
-  if o.lua and not pid then
+  -- --lua's output: the file (or stdout), its path; nil once the reason is written
+  local function lua_output()
     local path = o.output or as_profile == "pprof" and "perf.pb.gz"
                  or as_profile == "speedscope" and "perf.speedscope.json" or "perf.folded"
     local out, oerr = io.stdout, nil
     if path ~= "-" then out, oerr = io.open(path, "wb") end
-    if not out then io.stderr:write("luaperf record: cannot write ", tostring(oerr), "\n") return 1 end
+    if not out then io.stderr:write("luaperf record: cannot write ", tostring(oerr), "\n") return nil end
     if out ~= io.stdout then c._private.cloexec(out) end   -- not in CMD
+    return out, path
+  end
+  if o.lua and not pid then
+    local out, path = lua_output()
+    if not out then return 1 end
     return record_lua_child(o, freq, period, out, path, as_profile)
   end
 
@@ -129,12 +135,8 @@ function M.record(argv)
     local remote = require("perf_event.cli.record_remote")
     local ok, why = remote.available(s.c)
     if ok then
-      local path = o.output or as_profile == "pprof" and "perf.pb.gz"
-                   or as_profile == "speedscope" and "perf.speedscope.json" or "perf.folded"
-      local out, oerr = io.stdout, nil
-      if path ~= "-" then out, oerr = io.open(path, "wb") end
-      if not out then io.stderr:write("luaperf record: cannot write ", tostring(oerr), "\n") return 1 end
-      if out ~= io.stdout then c._private.cloexec(out) end   -- not in CMD
+      local out, path = lua_output()
+      if not out then return 1 end
       return remote.record(s, out, path)
     end
     if as_profile or o.children or #s.pids > 1 then

@@ -77,12 +77,7 @@ function M.top(argv)
   if not o.lua then usage_error("top", "--lua is required (top shows Lua functions)") end
   if not o.pid then usage_error("top", "-p PID is required") end
   if #o.cmd > 0 then usage_error("top", "top takes no command: " .. o.cmd[1]) end
-  local pids = {}
-  for p in tostring(o.pid):gmatch("[^,]+") do
-    local n = p:match("^%d+$") and tonumber(p)
-    if not n or n < 1 then usage_error("top", format("-p takes process ids like 123,456, got '%s'", o.pid)) end
-    pids[#pids + 1] = n
-  end
+  local pids = C.pid_list("top", o.pid)
   local freq = o.freq and number_opt("top", o.freq, "-F", 1) or 99
   local delay = tonumber(o.delay or 1)
   if not delay or delay < 0.1 or delay > 3600 then
