@@ -408,6 +408,20 @@ static void ljr_push_frame(lua_State *L, const lj_mem *m, const ljr_frame *f)
   }
 }
 
+/* the table on top gets w's frames as `frames`; w is freed */
+static int ljr_frames_out(lua_State *L, const lj_mem *m, ljr_walk *w)
+{
+  int i;
+  lua_createtable(L, w->n, 0);
+  for (i = 0; i < w->n; i++) {
+    ljr_push_frame(L, m, &w->f[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "frames");
+  free(w);
+  return 1;
+}
+
 /* ljr_walk(pid, st [, regs [, thread]]): the running thread (G->cur_L)
  * of the VM st describes, leaf first; regs: its OS thread's registers,
  * stopped; thread: that thread instead (one that resumed cur_L) */
@@ -415,7 +429,7 @@ static int l_walk(lua_State *L)
 {
   lj_mem m;
   ljr_walk *w;
-  int i, regs;
+  int regs;
   m.pid = ljr_pid(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
   regs = lua_istable(L, 3) ? 3 : 0;
@@ -444,14 +458,7 @@ static int l_walk(lua_State *L)
   lua_setfield(L, -2, "how");
   lua_pushboolean(L, w->trunc);
   lua_setfield(L, -2, "truncated");
-  lua_createtable(L, w->n, 0);
-  for (i = 0; i < w->n; i++) {
-    ljr_push_frame(L, &m, &w->f[i]);
-    lua_rawseti(L, -2, i + 1);
-  }
-  lua_setfield(L, -2, "frames");
-  free(w);
-  return 1;
+  return ljr_frames_out(L, &m, w);
 }
 
 /* a sample table's array field k: its i-th number (1-based), 0 when none */
@@ -550,14 +557,7 @@ static int l_chain(lua_State *L)
     lua_pushstring(L, why);
     lua_setfield(L, -2, "why");
   }
-  lua_createtable(L, w->n, 0);
-  for (i = 0; i < w->n; i++) {
-    ljr_push_frame(L, &m, &w->f[i]);
-    lua_rawseti(L, -2, i + 1);
-  }
-  lua_setfield(L, -2, "frames");
-  free(w);
-  return 1;
+  return ljr_frames_out(L, &m, w);
 }
 
 /* ljr_fields(pid, tab, max): tab's string keys whose values are functions
