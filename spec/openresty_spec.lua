@@ -309,6 +309,10 @@ describe("perf_event.openresty, installed by the rock, in a user's nginx.conf", 
                          "seconds=1&format=svg", "seconds=1&pid=abc", "seconds=1&seconds=2" }) do
       assert.equal("400", status("/debug/pprof/profile?" .. q), q)
     end
+    -- 150 arguments, the bad one last: the parser keeps 100, and says so
+    local many = {}
+    for i = 1, 150 do many[i] = "x" .. i .. "=1" end
+    assert.equal("400", status("/debug/pprof/profile?" .. table.concat(many, "&") .. "&seconds=abc"))
     assert.equal("404", status("/debug/pprof/profile?seconds=1&pid=1"))
   end)
 

@@ -247,7 +247,12 @@ end
 -- worker waits with `ngx.sleep` and keeps serving.
 function M.pprof()
   if not conf then return refuse(500, "perf_event.openresty: init_worker() was not called") end
-  local args = ngx.req.get_uri_args()
+  -- (past its limit, 100, the parser drops the rest: a window must not
+  -- start from what it kept)
+  local args, aerr = ngx.req.get_uri_args()
+  if aerr == "truncated" then
+    return refuse(400, "perf_event.openresty: more than 100 arguments")
+  end
   local seconds = tonumber(args.seconds or "30")
   if type(args.seconds) == "table" or not seconds or seconds <= 0 or seconds ~= seconds then
     return refuse(400, "perf_event.openresty: seconds must be a positive number")
