@@ -143,22 +143,11 @@ static uint64_t lj_snap_at(const lj_mem *m, uint64_t tr, uint32_t ofs)
   return lj_snap_pc(m, tr, snap + LJ_SNAP_SIZE * (uint64_t)(lo - 1));
 }
 
-uint64_t lj_trace_pc(const lj_mem *m, uint64_t jtrace, int32_t t, uint64_t ip, uint64_t sp)
-{
-  uint64_t tr = lj_trace(m, jtrace, t), mc;
-  uint32_t sz;
-  int k;
-  if (!tr) return 0;
-  mc = lj_u64(m, tr + LJ_T_MCODE);
-  sz = (uint32_t)lj_i32(m, tr + LJ_T_SZMCODE);
-  for (k = 0; ip - mc >= sz; k++) {
-    if (k == LJ_RET_WORDS) return 0;
-    ip = lj_u64(m, sp + 8 * (uint64_t)k);
-  }
-  return lj_snap_at(m, tr, (uint32_t)(ip - mc));
-}
-
-uint64_t lj_trace_pc_w(const lj_mem *m, uint64_t jtrace, int32_t t, uint64_t ip, const uint64_t *words, int n)
+/* trace t's snapshot PC for ip, or for the first return address into its
+ * machine code among n words: words[], or read at sp when words is NULL
+ * (one at a time: the signal handler stops at the first that answers) */
+static uint64_t lj_trace_pc_of(const lj_mem *m, uint64_t jtrace, int32_t t, uint64_t ip, uint64_t sp,
+                               const uint64_t *words, int n)
 {
   uint64_t tr = lj_trace(m, jtrace, t), mc;
   uint32_t sz;
@@ -168,9 +157,19 @@ uint64_t lj_trace_pc_w(const lj_mem *m, uint64_t jtrace, int32_t t, uint64_t ip,
   sz = (uint32_t)lj_i32(m, tr + LJ_T_SZMCODE);
   for (k = 0; ip - mc >= sz; k++) {
     if (k == n) return 0;
-    ip = words[k];
+    ip = words ? words[k] : lj_u64(m, sp + 8 * (uint64_t)k);
   }
   return lj_snap_at(m, tr, (uint32_t)(ip - mc));
+}
+
+uint64_t lj_trace_pc(const lj_mem *m, uint64_t jtrace, int32_t t, uint64_t ip, uint64_t sp)
+{
+  return lj_trace_pc_of(m, jtrace, t, ip, sp, NULL, LJ_RET_WORDS);
+}
+
+uint64_t lj_trace_pc_w(const lj_mem *m, uint64_t jtrace, int32_t t, uint64_t ip, const uint64_t *words, int n)
+{
+  return lj_trace_pc_of(m, jtrace, t, ip, 0, words, n);
 }
 
 int32_t lj_pc_line(const lj_mem *m, uint64_t fn, uint64_t pc)
