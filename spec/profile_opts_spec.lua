@@ -116,7 +116,7 @@ describe("pe.profile.start's options", function()
     assert.are.equal(unknown("hook_cont", "hook_count"), raises({ hook_cont = 10 }))
     -- a valid value does not excuse a wrong name
     assert.are.equal(unknown("stak", "stack"), raises({ freq = 99, stak = 0 }))
-    local all = "depth, event, freq, hook, hook_count, hook_leaf, hook_slots, keep, lj_mode, lua, pages, "
+    local all = "block, depth, event, freq, hook, hook_count, hook_leaf, hook_slots, keep, lj_mode, lua, pages, "
                 .. "perfmap, period, sigtrap, stack, stacks, walk"
     assert.are.equal(P .. "unknown option 'bogus' (options: " .. all .. ")", raises({ bogus = 1 }))
     assert.are.equal(P .. "unknown option '1' (options: " .. all .. ")", raises({ "cpu-clock" }))

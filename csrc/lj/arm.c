@@ -10,8 +10,10 @@
 #include "lj/safe.h"
 
 #ifdef PE_LJ
+#include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/time.h>
 
 uint64_t ls_jcand;
@@ -74,12 +76,14 @@ static uint64_t ls_find_ps(void)
  * user space are one, and two clock events both overdue when the thread
  * is switched out both restart 10 us after it is back (the kernel's
  * perf_swevent_start_hrtimer): from then on they fire in step, and one of
- * the two profiles lost a third of its signals in a loaded run */
+ * the two profiles lost a third of its signals in a loaded run.  A block
+ * profile's event is no clock (its samples are the thread's switches): it
+ * neither counts here nor asks */
 int ls_l_trap_busy(lua_State *L)
 {
   int k, busy = 0;
   ls_prune();
-  for (k = 0; k < LS_MAXP; k++) busy = busy || (ls_p[k].on && ls_p[k].trap);
+  for (k = 0; k < LS_MAXP; k++) busy = busy || (ls_p[k].on && ls_p[k].trap && !ls_p[k].block);
   lua_pushboolean(L, busy);
   return 1;
 }
@@ -164,6 +168,9 @@ int ls_l_arm(lua_State *L)
     if (rc) return rc;
   }
   p = &ls_p[slot];
+  if (!ls_exdata) ls_exdata = (void *(*)(lua_State *))(uintptr_t)dlsym(RTLD_DEFAULT, "lua_getexdata");
+  p->block = 0;
+  memset(&p->bq, 0, sizeof p->bq);
   p->head = p->tail = p->dropped = p->late = 0;
   p->q.head = p->q.tail = 0;
   p->q.matched = p->merged = 0;

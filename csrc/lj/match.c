@@ -12,11 +12,12 @@
 #ifdef PE_LJ
 
 /* the distinct samples of one take: a record's key (stack, leaf, cut,
- * out, whether a trace ran, ip) and how many records had it */
+ * out, whether a trace ran, ip, the VM state's class, the route or else
+ * the request) and how many records had it, with a block profile's wait */
 typedef struct ls_key {
-  uint64_t ip, leaf;
-  uint32_t stack, count;
-  uint8_t cut, out, trace, used;
+  uint64_t ip, leaf, ctx, ns;
+  uint32_t stack, count, route;
+  uint8_t cut, out, trace, vm, used;
 } ls_key;
 static ls_key ls_keys[LS_SLOTS];
 static uint32_t ls_khash[2 * LS_SLOTS];   /* key index + 1, or 0 (all 0 between takes) */
@@ -47,6 +48,47 @@ uint32_t ls_cover(ls_sq *q, uint64_t time, uint64_t ip)
   return w ? w : 1;
 }
 
+/* a switch record of a block profile: a voluntary switch-out (the thread
+ * waits: not preempted) starts a wait, the next switch-in ends it */
+static void ls_wait(ls_bq *b, uint16_t misc, uint64_t t)
+{
+  if (misc & PE_RECORD_MISC_SWITCH_OUT) {
+    b->out_t = (misc & PE_RECORD_MISC_SWITCH_OUT_PREEMPT) ? 0 : t;
+  } else if (b->out_t) {
+    uint32_t k = b->head % LS_SLOTS;
+    if (b->head - b->tail == LS_SLOTS) b->tail++;   /* the oldest unclaimed goes */
+    b->t[k] = t;
+    b->ns[k] = t > b->out_t ? t - b->out_t : 0;
+    b->head++;
+    b->out_t = 0;
+  }
+}
+
+/* the waits that ended before time: a block profile's record (its SIGTRAP
+ * came on the thread's way back to user space) stands for them */
+static uint64_t ls_waited(ls_bq *b, uint64_t time)
+{
+  uint64_t ns = 0;
+  while (b->tail != b->head && b->t[b->tail % LS_SLOTS] <= time) ns += b->ns[b->tail++ % LS_SLOTS];
+  return ns;
+}
+
+/* the class of a G->vmstate: 1 interpreted, 2 compiled, 3 C (a C
+ * function, a builtin, code outside the VM), 4 GC, 5 the JIT compiler
+ * (recording, optimising, assembling, a trace exit); 0 not known */
+static uint8_t ls_vm_class(const ls_rec *r)
+{
+  if (r->out) return 3;
+  if (r->vms > 0) return 2;
+  switch (r->vms) {
+  case LJ_VMST_INTERP: return r->leaf ? 3 : 1;
+  case LJ_VMST_C: return 3;
+  case LJ_VMST_GC: return 4;
+  case 0: return 0;
+  default: return 5;
+  }
+}
+
 static void ls_push_num(lua_State *L, int t, int i, uint64_t v)
 {
   lua_pushnumber(L, (lua_Number)v);        /* addresses: 47 bits, exact */
@@ -75,6 +117,12 @@ static uint64_t ls_skim(lua_State *L, pe_event *ev, ls_prof *p)
   while ((len = pe_ring_next(ev, &rec)) > 0) {
     struct pe_event_header h;
     memcpy(&h, rec, sizeof h);
+    if (h.type == PE_RECORD_SWITCH && p->block && len >= 24) {
+      uint64_t tm;
+      memcpy(&tm, rec + 16, 8);    /* sample_id: pid, tid, then the time */
+      ls_wait(&p->bq, h.misc, tm);
+      continue;
+    }
     if (h.type != PE_RECORD_SAMPLE) continue;
     nring++;
     if (len >= 32) {     /* ip|tid|time: the ip at 8, the time at 24 */
@@ -91,7 +139,7 @@ static uint64_t ls_skim(lua_State *L, pe_event *ev, ls_prof *p)
 static uint32_t ls_key_of(const ls_rec *r, uint32_t *nk)
 {
   ls_key k;
-  uint32_t h, j;
+  uint32_t h, j, hw[10];
   memset(&k, 0, sizeof k);
   k.ip = r->ip;
   k.stack = r->state == LS_DONE ? r->stack : 0;
@@ -99,11 +147,21 @@ static uint32_t ls_key_of(const ls_rec *r, uint32_t *nk)
   k.cut = r->cut;
   k.out = r->out;
   k.trace = r->vms >= 0;
-  h = ls_hashw((const uint32_t *)&k, 24 / 4) & (2 * LS_SLOTS - 1);
+  k.vm = ls_vm_class(r);
+  k.route = r->route;
+  k.ctx = r->route ? 0 : r->ctx;
+  memcpy(hw, &k.ip, 8);
+  memcpy(hw + 2, &k.leaf, 8);
+  memcpy(hw + 4, &k.ctx, 8);
+  hw[6] = k.stack;
+  hw[7] = k.route;
+  hw[8] = (uint32_t)k.cut | (uint32_t)k.out << 8 | (uint32_t)k.trace << 16 | (uint32_t)k.vm << 24;
+  hw[9] = 0;
+  h = ls_hashw(hw, 10) & (2 * LS_SLOTS - 1);
   while ((j = ls_khash[h]) != 0) {
     ls_key *e = &ls_keys[j - 1];
     if (e->ip == k.ip && e->leaf == k.leaf && e->stack == k.stack && e->cut == k.cut && e->out == k.out
-        && e->trace == k.trace)
+        && e->trace == k.trace && e->vm == k.vm && e->route == k.route && e->ctx == k.ctx)
       return j;
     h = (h + 1) & (2 * LS_SLOTS - 1);
   }
@@ -114,21 +172,27 @@ static uint32_t ls_key_of(const ls_rec *r, uint32_t *nk)
   return *nk;
 }
 
+#define LS_KEYW 11   /* numbers a key in luasafe_take's keys */
 static void ls_push_keys(lua_State *L, uint32_t nk, uint32_t no, int keep)
 {
   uint32_t i;
-  int t;
-  lua_createtable(L, (int)(7 * nk), 0);
+  int t, b;
+  lua_createtable(L, (int)(LS_KEYW * nk), 0);
   t = lua_gettop(L);
   for (i = 0; i < nk; i++) {
     ls_key *e = &ls_keys[i];
-    ls_push_num(L, t, (int)(7 * i + 1), e->stack);
-    ls_push_num(L, t, (int)(7 * i + 2), e->leaf);
-    ls_push_num(L, t, (int)(7 * i + 3), e->cut);
-    ls_push_num(L, t, (int)(7 * i + 4), e->out);
-    ls_push_num(L, t, (int)(7 * i + 5), e->trace);
-    ls_push_num(L, t, (int)(7 * i + 6), e->ip);
-    ls_push_num(L, t, (int)(7 * i + 7), e->count);
+    b = (int)(LS_KEYW * i);
+    ls_push_num(L, t, b + 1, e->stack);
+    ls_push_num(L, t, b + 2, e->leaf);
+    ls_push_num(L, t, b + 3, e->cut);
+    ls_push_num(L, t, b + 4, e->out);
+    ls_push_num(L, t, b + 5, e->trace);
+    ls_push_num(L, t, b + 6, e->ip);
+    ls_push_num(L, t, b + 7, e->count);
+    ls_push_num(L, t, b + 8, e->vm);
+    ls_push_num(L, t, b + 9, e->route);
+    ls_push_num(L, t, b + 10, e->ctx);
+    ls_push_num(L, t, b + 11, e->ns);
   }
   lua_createtable(L, keep ? (int)no : 0, 0);
   t = lua_gettop(L);
@@ -167,8 +231,10 @@ static void ls_push_stats(lua_State *L, const pe_event *ev, const ls_prof *p, ui
  * Reads the event's ring (its samples counted: stats.ring_samples, their
  * time and ip queued; its LOST records counted by the ring code), then
  * takes the signal records whose capture is done (all of them when final):
- * keys is a flat array, 7 numbers per distinct sample (stack id or 0, leaf
- * GCfunc or 0, cut, out, trace, ip, count); order (keep only) the key
+ * keys is a flat array, 11 numbers per distinct sample (stack id or 0, leaf
+ * GCfunc or 0, cut, out, trace, ip, count, the VM state's class (ls_vm_class),
+ * route id or 0, the request (lua_getexdata) when no route, a block
+ * profile's wait in ns); order (keep only) the key
  * index of each sample in turn; stacks id -> words for the ids above
  * nstacks, chunks id -> name above nchunks.
  * A record stands for the ring's samples taken since the record before it
@@ -200,6 +266,7 @@ int ls_l_take(lua_State *L)
     w = ls_cover(&p->q, r->time, r->ip);
     p->merged += w - 1;
     ls_keys[j - 1].count += w;
+    if (p->block) ls_keys[j - 1].ns += ls_waited(&p->bq, r->time);
     while (w-- > 0) ls_order[no++] = j;
     nr++;
   }

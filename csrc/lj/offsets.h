@@ -25,6 +25,7 @@
 #define LJ_ITYPE_FUNC 0x1fff7u       /* (~LJ_TFUNC) & 0x1ffff */
 #define LJ_VMST_INTERP (~0)
 #define LJ_VMST_C (~1)
+#define LJ_VMST_GC (~2)
 #define LJ_T_NSNAP 10
 #define LJ_T_SNAP 48
 #define LJ_T_SNAPMAP 56

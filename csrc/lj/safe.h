@@ -32,6 +32,8 @@ typedef struct ls_rec {
   uint32_t cut;            /* 1: the stack ends at the leaf's own frame */
   int32_t vms;             /* G->vmstate at the signal */
   uint64_t bcpc;           /* in a trace: its snapshot's bytecode PC at ip, or 0 */
+  uint64_t ctx;            /* the captured thread's lua_getexdata (OpenResty: its request), or 0 */
+  uint32_t route;          /* the route id luasafe_route gave the records of ctx, or 0 */
   uint8_t out, state;
 } ls_rec;
 
@@ -43,14 +45,23 @@ typedef struct ls_sq {
   uint64_t matched;
 } ls_sq;
 
+/* a block profile's voluntary waits, from the event's switch records:
+ * each one's end (switch-in) time and length, in time order */
+typedef struct ls_bq {
+  uint64_t t[LS_SLOTS], ns[LS_SLOTS];
+  uint32_t head, tail;
+  uint64_t out_t;          /* the last voluntary switch-out not yet back, or 0 */
+} ls_bq;
+
 typedef struct ls_prof {
-  int on, fd;
+  int on, fd, block;       /* block: a context-switch event, its waits weigh the records */
   uint64_t id;
   uint64_t trap;                          /* sig_data of a sigtrap event, or 0 */
   volatile uint32_t head, tail;
   volatile uint32_t dropped, late;
   ls_rec ring[LS_SLOTS];
   ls_sq q;
+  ls_bq bq;
   uint64_t merged;                        /* samples a record stood for beside its own */
 } ls_prof;
 
@@ -67,6 +78,7 @@ extern pe_lj_profile_cb ls_cb;            /* the callback our start gave it */
 extern char ls_token;                     /* the data pointer we start with */
 extern volatile uint64_t ls_hns, ls_nh, ls_nhslow;
 extern sigset_t ls_blocked;
+extern void *(*ls_exdata)(lua_State *L);  /* OpenResty LuaJIT's lua_getexdata, or NULL */
 uint64_t ls_now(void);
 int ls_profiler_ours(void);
 int ls_owned(void);

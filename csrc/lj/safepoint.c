@@ -25,9 +25,11 @@
  * a C call, ls_cover on chosen input) is in the test-only module
  * spec/support/ljtest.c, not here.
  */
+#define _GNU_SOURCE
 #include "lj/safe.h"
 
 #ifdef PE_LJ
+#include <dlfcn.h>
 
 /* _private.luasafe_here([resume, wrapped]) -> words, chunks: the stack of
  * the calling thread as a capture takes it (the self-test), chunks id ->
@@ -74,6 +76,42 @@ static int l_pending(lua_State *L)
   ls_prof *p = &ls_p[slot];
   __atomic_signal_fence(__ATOMIC_ACQUIRE);
   lua_pushinteger(L, (lua_Integer)(uint32_t)(p->head - p->tail));
+  return 1;
+}
+
+/* _private.luasafe_block(slot): that profile's event is a context-switch
+ * event with switch records (a block profile): each record is weighed by
+ * the voluntary waits that ended before its signal */
+static int l_block(lua_State *L)
+{
+  int slot = pe_check_int(L, 1, "slot", 1, LS_MAXP) - 1;
+  ls_p[slot].block = 1;
+  return 0;
+}
+
+/* _private.luasafe_route(id) -> ctx | nil: the records not yet taken
+ * whose capture ran for the calling thread's request (lua_getexdata: in
+ * OpenResty the request, in log_by_lua too) get route id (1..2^31);
+ * returns that request as a number for the records taken before (nil:
+ * no exdata, not OpenResty's LuaJIT) */
+static int l_route(lua_State *L)
+{
+  uint32_t id = (uint32_t)pe_check_int(L, 1, "id", 1, 0x7fffffff), i, head;
+  uint64_t ctx;
+  int k;
+  if (!ls_exdata) ls_exdata = (void *(*)(lua_State *))(uintptr_t)dlsym(RTLD_DEFAULT, "lua_getexdata");
+  if (!ls_exdata || !(ctx = (uint64_t)(uintptr_t)ls_exdata(L))) { lua_pushnil(L); return 1; }
+  for (k = 0; k < LS_MAXP; k++) {
+    ls_prof *p = &ls_p[k];
+    if (!p->on) continue;
+    __atomic_signal_fence(__ATOMIC_ACQUIRE);
+    head = p->head;
+    for (i = p->tail; i != head; i++) {
+      ls_rec *r = &p->ring[i % LS_SLOTS];
+      if (r->state == LS_DONE && r->ctx == ctx && !r->route) r->route = id;
+    }
+  }
+  lua_pushnumber(L, (lua_Number)ctx);   /* an address: 47 bits, exact */
   return 1;
 }
 
@@ -160,12 +198,13 @@ void pe_open_luasafe(lua_State *L)
     {"luasafe_arm", ls_l_arm}, {"luasafe_disarm", ls_l_disarm}, {"luasafe_take", ls_l_take},
     {"luasafe_here", l_here}, {"luasafe_forget", l_forget}, {"luasafe_stats", l_stats},
     {"luasafe_pending", l_pending}, {"luasafe_trap_busy", ls_l_trap_busy}, {"luasafe_lines", l_lines},
-    {"luasafe_lines_use", l_lines_use}, {NULL, NULL}
+    {"luasafe_lines_use", l_lines_use}, {"luasafe_block", l_block}, {"luasafe_route", l_route}, {NULL, NULL}
   };
 #endif
   static const char *const names[] = {
     "luasafe_arm", "luasafe_disarm", "luasafe_take", "luasafe_here", "luasafe_forget", "luasafe_stats",
-    "luasafe_pending", "luasafe_trap_busy", "luasafe_lines", "luasafe_lines_use", NULL
+    "luasafe_pending", "luasafe_trap_busy", "luasafe_lines", "luasafe_lines_use", "luasafe_block",
+    "luasafe_route", NULL
   };
   int k;
   pe_push_private(L, lua_gettop(L));

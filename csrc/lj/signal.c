@@ -148,6 +148,8 @@ static void ls_record(ls_prof *p, const ucontext_t *uc, uint64_t now)
   r->leaf = r->leaf_l = 0;
   r->leaf_off = 0;
   r->stack = r->cut = 0;
+  r->ctx = 0;
+  r->route = 0;
   r->out = 0;
   r->vms = ls_gs.vmstate ? lj_i32(&LJ_SELF, ls_gs.vmstate) : 0;
   r->bcpc = r->vms > 0 ? lj_trace_pc(&LJ_SELF, ls_jtrace, r->vms, r->ip, (uint64_t)uc->uc_mcontext.gregs[REG_RSP])

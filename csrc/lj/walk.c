@@ -146,7 +146,10 @@ typedef struct ls_cap {
   int n;
   uint32_t flags, full, cached_id;
   int32_t cached_line;
+  uint64_t ctx;            /* lua_getexdata(L), or 0 */
 } ls_cap;
+
+void *(*ls_exdata)(lua_State *L);
 
 /* completes record r with the capture's stack */
 static void ls_complete(ls_cap *c, ls_rec *r)
@@ -155,6 +158,7 @@ static void ls_complete(ls_cap *c, ls_rec *r)
   if (c->n < 0) { c->n = ls_stack_of(c->L, &c->flags); c->full = ls_intern_frames(c->n, c->flags); }
   n = c->n;
   r->stack = c->full;
+  r->ctx = c->ctx;
   if (r->bcpc && n > 0 && ls_frames[n - 1].w[0] == LS_FLUA) {
     /* a sample in a trace: the line its machine code was at, when in
      * the function the capture found running (the trace has no check
@@ -209,8 +213,11 @@ static void ls_complete_all(ls_cap *c)
 void ls_capture(void *data, lua_State *L, int samples, int vmstate)
 {
   uint64_t t0 = ls_now(), d;
-  ls_cap c = { L, -1, 0, 0, 0, -1 };
+  ls_cap c = { L, -1, 0, 0, 0, -1, 0 };
   (void)data; (void)samples; (void)vmstate;
+  /* OpenResty's LuaJIT: the thread's exdata, which lua-nginx-module sets
+   * to the request each coroutine runs for (the route of luasafe_route) */
+  if (ls_exdata) c.ctx = (uint64_t)(uintptr_t)ls_exdata(L);
   ls_in_cap = 1;
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   ls_complete_all(&c);

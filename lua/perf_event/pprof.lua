@@ -237,6 +237,10 @@ local CLOCKS = { ["cpu-clock"] = true, ["task-clock"] = true }
 -- counts for anything else
 local function types_for(event)
   event = tostring(event or "cpu-clock")
+  if event == "block" then
+    -- a block profile's one value, the time waited (Go's is "delay")
+    return { { type = "delay", unit = "nanoseconds" } }, { type = "delay", unit = "nanoseconds" }, "delay"
+  end
   if CLOCKS[event] then
     return { { type = "samples", unit = "count" }, { type = "cpu", unit = "nanoseconds" } },
            { type = "cpu", unit = "nanoseconds" }, "cpu"
@@ -296,7 +300,7 @@ function M.profile_table(p, opts)
     error("pprof.profile_table: a pe.profile expected", 2)
   end
   local period = opts.period or not opts.freq and p.period or (1e9 / (opts.freq or p.freq or 999))
-  local types, ptype, default = types_for(p.event)
+  local types, ptype, default = types_for(p.block and "block" or p.event)
   local t = { sample_types = types, period_type = ptype, period = period, default_sample_type = default,
               time_nanos = opts.time_nanos or p.time_nanos or wall_nanos(),
               duration_nanos = opts.duration_nanos or p.duration_nanos,
@@ -332,7 +336,8 @@ function M.profile_table(p, opts)
       end
     end
     local v = e.count * period
-    t.samples[#t.samples + 1] = { frames = frames, values = { e.count, floor(v + 0.5) }, labels = opts.labels }
+    local values = p.block and { e.count } or { e.count, floor(v + 0.5) }
+    t.samples[#t.samples + 1] = { frames = frames, values = values, labels = opts.labels }
   end
   return t
 end
@@ -355,13 +360,14 @@ end
 -- line; its first line is not known: `start_line` 0), any other frame a
 -- function of that name with no address.
 -- @tparam table counts folded key -> samples
--- @tparam[opt] table opts `event` ("cpu-clock"), `freq` (999) or `period`,
+-- @tparam[opt] table opts `event` ("cpu-clock"; "block": each count is
+--   nanoseconds waited, the one sample type `delay`), `freq` (999) or `period`,
 --   `time_nanos`, `duration_nanos`, `comments`, `labels`
 -- @treturn table
 function M.folded_table(counts, opts)
   opts = opts or {}
   if type(counts) ~= "table" then error("pprof.folded_table: a table of folded stacks expected", 2) end
-  local period = opts.period or (1e9 / (opts.freq or 999))
+  local period = opts.event == "block" and 1 or opts.period or (1e9 / (opts.freq or 999))
   local types, ptype, default = types_for(opts.event)
   local t = { sample_types = types, period_type = ptype, period = period, default_sample_type = default,
               time_nanos = opts.time_nanos or wall_nanos(), duration_nanos = opts.duration_nanos,
@@ -390,7 +396,8 @@ function M.folded_table(counts, opts)
       frames[#frames + 1] = fr
     end
     if #frames > 0 then
-      t.samples[#t.samples + 1] = { frames = frames, values = { n, floor(n * period + 0.5) }, labels = opts.labels }
+      local values = opts.event == "block" and { n } or { n, floor(n * period + 0.5) }
+      t.samples[#t.samples + 1] = { frames = frames, values = values, labels = opts.labels }
     end
   end
   return t

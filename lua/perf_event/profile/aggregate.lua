@@ -28,15 +28,16 @@ local info_ids, next_info_id = setmetatable({}, { __mode = "k" }), 0
 
 local ckeys = setmetatable({}, { __mode = "k" })   -- frames -> their key, for frames counted again
 
--- folds one resolved sample (n of them) into self.counts: the key tells
--- apart what aggregate's options may keep apart (line, trace), and is
--- cheap to build
-function Profile:_count(frames, n)
+-- folds one resolved sample (n of them, label lab) into self.counts: the
+-- key tells apart what aggregate's options may keep apart (line, trace,
+-- labels), and is cheap to build. Returns the entry, and true when it is new
+function Profile:_count(frames, n, lab)
   n = n or 1
   local k = ckeys[frames]
   if k then
-    local e = self.counts[k]
-    if e then e.count = e.count + n return end
+    local kk = lab and k .. "|" .. lab.id or k
+    local e = self.counts[kk]
+    if e then e.count = e.count + n return e end
   end
   local parts = {}
   for i = 1, #frames do
@@ -51,9 +52,13 @@ function Profile:_count(frames, n)
   end
   k = concat(parts, ";", 1, #frames) .. "/" .. (frames.nleaf or "")
   ckeys[frames] = k
-  local e = self.counts[k]
-  if e then e.count = e.count + n
-  else self.counts[k] = { frames = frames, count = n }; self.nstacks = self.nstacks + 1 end
+  local kk = lab and k .. "|" .. lab.id or k
+  local e = self.counts[kk]
+  if e then e.count = e.count + n return e end
+  e = { frames = frames, count = n, labels = lab, base = k, ck = kk }
+  self.counts[kk] = e
+  self.nstacks = self.nstacks + 1
+  return e, true
 end
 
 -- an aggregated profile sees the same C addresses again and again (a
@@ -77,13 +82,15 @@ function Profile:_memo_sym()
   }
 end
 
--- calls fn(frames, count) for every stored stack: the samples, or the
--- per-stack counts of an aggregated profile
+-- calls fn(frames, count, label) for every stored stack: the samples, or
+-- the per-stack counts of an aggregated profile (label: see labels.lua,
+-- or nil)
 local function each_stack(self, fn)
   if self.keep == false then
-    for _, e in pairs(self.counts) do fn(e.frames, e.count) end
+    for _, e in pairs(self.counts) do fn(e.frames, e.count, e.labels) end
   else
-    for _, frames in ipairs(self.samples) do fn(frames, 1) end
+    local labs = self.labels or {}
+    for i, frames in ipairs(self.samples) do fn(frames, 1, labs[i]) end
   end
 end
 M.each_stack = each_stack
@@ -93,6 +100,8 @@ M.each_stack = each_stack
 -- `lost` keep counting. @treturn table the profile
 function Profile:reset()
   self.samples = {}
+  if self.labels then self.labels = {} end
+  if self._pend then self._pend, self._npend = {}, 0 end
   if self.keep == false then self.counts, self.nstacks = {}, 0 end
   return self
 end
@@ -101,7 +110,9 @@ end
 -- (folded text, pprof, speedscope) read.
 -- @tparam[opt] table opts `lines=false` merges the lines of a function;
 --   `traces=true` keeps stacks through different traces apart; `reset=true`
---   forgets the stored stacks once read (`p:reset()`)
+--   forgets the stored stacks once read (`p:reset()`); `labels=true` keeps
+--   stacks of different labels apart, each entry with its `labels`
+--   (`{vmstate=, route=}`: see `vmstates`; route when the request gave one)
 -- @treturn table array of `{frames=, count=, key=}` (key: the folded text, each frame's name
 --   with ";" made ":" and control characters spaces); `frames` is root first, each
 --   frame either `{lua=info, line=n, trace=N}` (info: `name`, `chunk`,
@@ -109,9 +120,9 @@ end
 --   (addr and module when known)
 function Profile:aggregate(opts)
   opts = opts or {}
-  local lines = opts.lines ~= false
+  local lines, labels = opts.lines ~= false, opts.labels
   local by, out = {}, {}
-  each_stack(self, function(frames, count)
+  each_stack(self, function(frames, count, lab)
     local parts = {}
     for i, f in ipairs(frames) do
       local t = frame_text(f, lines)
@@ -119,8 +130,13 @@ function Profile:aggregate(opts)
       parts[i] = folded_frame(t)   -- the key is the folded text: no ";" or newline in a frame
     end
     local k = concat(parts, ";")
-    local e = by[k]
-    if not e then e = { frames = frames, count = 0, key = k }; by[k] = e; out[#out + 1] = e end
+    local bk = labels and lab and k .. "\0" .. (lab.vmstate or "") .. "\0" .. (lab.route or "") or k
+    local e = by[bk]
+    if not e then
+      e = { frames = frames, count = 0, key = k, labels = labels and lab or nil }
+      by[bk] = e
+      out[#out + 1] = e
+    end
     e.count = e.count + count
   end)
   if opts.reset then self:reset() end

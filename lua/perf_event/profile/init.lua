@@ -43,6 +43,7 @@ local safepoint = require("perf_event.profile.safepoint")
 local hook = require("perf_event.profile.hook")
 local resolve = require("perf_event.profile.resolve")
 local aggregate = require("perf_event.profile.aggregate")
+local labels = require("perf_event.profile.labels")
 local options = require("perf_event.profile.opts")
 local LP = require("perf_event.core")._private
 local EPERM = require("perf_event.core").abi.errno.EPERM
@@ -70,6 +71,9 @@ Profile.__name = "perf_event.profile"
 for _, methods in ipairs({ resolve.methods, hook.methods, aggregate.methods }) do
   for name, f in pairs(methods) do Profile[name] = f end
 end
+Profile.vmstates = labels.methods_vmstates
+-- perf_event.openresty's log(route): not a public interface
+M._request_done = labels.request_done
 
 function Profile:__tostring()
   return format("perf_event.profile(%s, %s, %d samples%s)", self.event, self.mode, self.nsamples,
@@ -130,7 +134,12 @@ local function start_safepoint(p, opts)
   -- (disabled until armed: a SIGTRAP before its handler ends the process)
   local spec = { event = p.event, exclude_kernel = true, exclude_hv = true, disabled = true,
                  use_clockid = true, clockid = "monotonic", sample_type = "ip|tid|time" }
-  if opts.period then spec.sample_period = opts.period
+  if p.block then
+    -- every switch of this thread is a sample, and each comes with its
+    -- switch records (their times): the kernel counts a switch in its own
+    -- code, which needs perf_event_paranoid <= 1 or CAP_PERFMON
+    spec.exclude_kernel, spec.sample_period, spec.context_switch, spec.sample_id_all = false, 1, true, true
+  elseif opts.period then spec.sample_period = opts.period
   else spec.freq = true; spec.sample_freq = opts.freq or 999 end
   local function open()
     local ev, err = pe_open(spec, { pages = opts.pages or 512 })
@@ -139,7 +148,7 @@ local function start_safepoint(p, opts)
   end
   local trap, ev, err
   if opts.sigtrap == false then p.sigtrap_reason = "sigtrap=false"
-  elseif LP.luasafe_trap_busy() then
+  elseif not p.block and LP.luasafe_trap_busy() then
     -- (one sigtrap profile at a time: see luasafe_trap_busy)
     p.sigtrap_reason = "another profile's event sends SIGTRAP"
   else p.sigtrap_reason = no_sigtrap() end
@@ -148,10 +157,20 @@ local function start_safepoint(p, opts)
     trap = trap_seq
     spec.sigtrap, spec.remove_on_exec, spec.sig_data = true, true, trap
     ev, err = open()
+    if not ev and p.block then
+      p.err = "a block profile samples the thread's switches, which the kernel counts in its own code "
+              .. "(perf_event_paranoid <= 1 or CAP_PERFMON; a kernel before 5.13 has no sigtrap): " .. tostring(err)
+      return nil
+    end
     if not ev then   -- (a kernel before 5.13: EINVAL)
       trap, spec.sigtrap, spec.remove_on_exec, spec.sig_data = nil, nil, nil, nil
       p.sigtrap_reason = "the kernel refused sigtrap: " .. tostring(err)
     end
+  end
+  if not trap and p.block then
+    -- (the fd's signal would come at the switch-out, and end the wait)
+    p.err = "a block profile needs the kernel's sigtrap (Linux 5.13): " .. tostring(p.sigtrap_reason)
+    return nil
   end
   if not trap then
     spec.wakeup_events = 1
@@ -221,6 +240,13 @@ end
 --   `keep` (boolean; false: fold each sample into per-stack counts at drain instead
 --   of keeping `p.samples`, so memory is bounded by the distinct stacks),
 --   `walk` ("safepoint", the only one; "signal" raises),
+--   `block` (boolean; true: a block profile, perf's off-CPU time and Go's
+--   block profile: where this thread waited in the kernel, each stack
+--   counted in nanoseconds waited, from the waits that began with the
+--   thread giving up its CPU (not preempted) under Lua frames; LuaJIT's
+--   safe point and the kernel's sigtrap only, perf_event_paranoid <= 1 or
+--   CAP_PERFMON, aggregated as `keep=false`; none of event, freq, period,
+--   keep=true, stacks=false, lua=false with it),
 --   `stack` (integer >= 0: taken, not used);
 --   on PUC Lua `hook` ("signal", the default on 5.2+, or "count", the
 --   default on 5.1), `hook_count` (1..1e9 instructions: 1000), `hook_slots`
@@ -243,6 +269,15 @@ function M.start(opts)
   opts = opts or {}
   local p = setmetatable({ event = opts.event or "cpu-clock", nsamples = 0, lost = 0,
                            stacks = false, running = false, samples = {} }, Profile)
+  if opts.block then
+    if opts.event or opts.freq or opts.period or opts.keep == true or opts.stacks == false or opts.lua == false then
+      error("profile.start: option 'block' takes none of event, freq, period, keep=true, stacks=false, lua=false",
+            2)
+    end
+    if not jit then return nil, "a block profile needs LuaJIT's safe point (PUC Lua has no way to it)" end
+    p.event, p.block, p.unit = "context-switches", true, "nanoseconds"
+    opts = setmetatable({ keep = false, period = 1 }, { __index = opts })
+  end
   if opts.keep == false then
     p.keep, p.counts, p.nstacks = false, {}, 0
     -- an aggregated profile drains a few samples at a time, of every shape
@@ -283,6 +318,7 @@ function M.start(opts)
       if sp then return sp end
       if sp == nil then perfmap_stop(p) return nil, p.err end
       why = "the safe point cannot run: " .. tostring(swhy)
+      if p.block then perfmap_stop(p) return nil, "a block profile needs LuaJIT's safe point: " .. why end
     end
   end
   local mode, reason = "c", why or "not LuaJIT"

@@ -80,6 +80,7 @@ M.OPTIONS = {
   end },
   lj_mode = { "string", one_of("l", "f") },
   sigtrap = { "boolean" },
+  block = { "boolean" },
 }
 
 local NAMES = {}

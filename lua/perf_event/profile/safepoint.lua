@@ -26,6 +26,9 @@ local FLAG_TRUNC, FLAG_UNJOINED = 1, 2
 local jit = rawget(_G, "jit")
 local now = require("perf_event.profile.raw").now
 local last_at = require("perf_event.symbols")._last_at
+local labels = require("perf_event.profile.labels")
+
+local KEYW = 11   -- numbers per key of luasafe_take (csrc/lj/match.c)
 
 -- the C core's private functions (luasafe_*): perf_event.core itself, so
 -- that this file needs nothing of perf_event's init.lua
@@ -255,7 +258,11 @@ function M.arm(p, lj_mode, trap)
   if not slot then return nil, got end
   p.lj_mode = got   -- the mode LuaJIT's profiler runs in: the first armed profile's
   p.safe = { slot = slot, nstacks = 0, nchunks = 0, stacks = {}, chunks = {}, frames = {}, ipc = {}, nipc = 0,
-             ranges = {}, rcache = {}, nrcache = 0, byk = {}, nkeys = 0, nresolved = 0 }
+             ranges = {}, rcache = {}, nrcache = 0, byk = {}, blab = {}, nkeys = 0, nresolved = 0 }
+  p.labels = p.keep ~= false and {} or nil
+  p.vmcount = { [0] = 0, 0, 0, 0, 0, 0 }   -- samples by VM state class since the start (labels.VM)
+  labels.track(p)
+  if p.block then LP.luasafe_block(slot) end   -- (before its event is enabled)
   return true
 end
 
@@ -490,23 +497,48 @@ function M.drain(p, final)
   p.nring = (p.nring or 0) + st.ring_samples
   p.nsigs = (p.nsigs or 0) + st.records
   local samples, byk = p.samples, s.byk
-  s.nkeys = s.nkeys + #keys / 7
+  s.nkeys = s.nkeys + #keys / KEYW
   local nsafe = p.nsafe or 0
-  local count = p._count
-  for i = 1, #keys, 7 do
+  local count, get, pend = p._count, labels.get, labels.pend
+  local block = p.block
+  local labs, blab = p.labels, s.blab
+  local vmc = p.vmcount
+  for i = 1, #keys, KEYW do
     local id, cnt = keys[i], keys[i + 6]
+    vmc[keys[i + 7]] = vmc[keys[i + 7]] + cnt
     local fr = frames_of(p, s, id, keys[i + 1], keys[i + 2], keys[i + 4], keys[i + 5])
     if id ~= 0 then nsafe = nsafe + cnt end
-    if keep then byk[(i + 6) / 7] = fr else count(p, fr, cnt) end
+    local lab = get(keys[i + 7], keys[i + 8], keys[i + 9])
+    if block then
+      -- a wait counts by its length, and only under Lua frames (the event
+      -- loop's epoll_wait, and what yields to it, have none)
+      local ns = keys[i + 10]
+      if id ~= 0 and ns > 0 then
+        local e, new = count(p, fr, ns, lab)
+        if new then pend(p, lab, e) end
+        p.nwaits = (p.nwaits or 0) + cnt
+      end
+    elseif keep then
+      byk[(i + KEYW - 1) / KEYW], blab[(i + KEYW - 1) / KEYW] = fr, lab
+    else
+      local e, new = count(p, fr, cnt, lab)
+      if new then pend(p, lab, e) end
+    end
   end
-  if keep then for j = 1, #order do samples[#samples + 1] = byk[order[j]] end end
+  if keep then
+    for j = 1, #order do
+      local n = #samples + 1
+      samples[n], labs[n] = byk[order[j]], blab[order[j]]
+      pend(p, labs[n], n)
+    end
+  end
   p.nsafe, p.npaired = nsafe, p.nsigs
   -- a sample whose signal never came (the kernel could not queue it, or
   -- the record ring was full): counted once the ring holds more samples
   -- than the signals and the samples they stand for, the ones still
   -- waiting for their capture aside
   local missing = p.nring - p.nsigs - st.merged - st.pending - (s.nmissing or 0)
-  if missing > 0 then
+  if missing > 0 and not block then
     s.nmissing = (s.nmissing or 0) + missing
     local fr = s.nosig or { { c = "[no signal]" }, nleaf = 1 }
     s.nosig = fr
@@ -518,7 +550,8 @@ end
 -- the functions of a drain, for profile.lua's jit.off of an aggregated
 -- profile's drain (see M.start there)
 function M.drain_fns()
-  return { M.drain, resolve, frames_of, stack_frames, ip_sym, last_at, lookup, c_leaf, in_vm, is_file, c_name, u64 }
+  return { M.drain, resolve, frames_of, stack_frames, ip_sym, last_at, lookup, c_leaf, in_vm, is_file, c_name, u64,
+           labels.get, labels.pend }
 end
 
 --- What a stack id stands for (tests): its frames' text, root first.
