@@ -170,6 +170,7 @@ int ls_l_arm(lua_State *L)
   p = &ls_p[slot];
   if (!ls_exdata) ls_exdata = (void *(*)(lua_State *))(uintptr_t)dlsym(RTLD_DEFAULT, "lua_getexdata");
   p->block = 0;
+  p->ndone = 0;
   memset(&p->bq, 0, sizeof p->bq);
   p->head = p->tail = p->dropped = p->late = 0;
   p->q.head = p->q.tail = 0;

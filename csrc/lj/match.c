@@ -73,6 +73,51 @@ static uint64_t ls_waited(ls_bq *b, uint64_t time)
   return ns;
 }
 
+/* ls_routes' index of the ended requests: by request, the first of its
+ * entries in p->done and each entry's next one (all 0 between calls) */
+#define LS_RHASH (2 * LS_DONE_MAX)
+static uint64_t ls_rkey[LS_RHASH];
+static uint32_t ls_rfirst[LS_RHASH], ls_rlast[LS_RHASH];   /* entry index + 1, or 0 */
+static uint32_t ls_rnext[LS_DONE_MAX];
+
+static uint32_t ls_rslot(uint64_t ctx)
+{
+  uint32_t h = (uint32_t)((ctx >> 4) * 0x9e3779b1u) & (LS_RHASH - 1);
+  while (ls_rfirst[h] && ls_rkey[h] != ctx) h = (h + 1) & (LS_RHASH - 1);
+  return h;
+}
+
+/* a request's address is reused once it ended: a record of a request
+ * takes the route of the first entry of its address that ended after the
+ * record's signal */
+void ls_routes(ls_prof *p)
+{
+  uint32_t i, head, h, j;
+  if (!p->ndone) return;
+  for (i = 0; i < p->ndone; i++) {       /* entries in time order: chains oldest first */
+    h = ls_rslot(p->done[i].ctx);
+    ls_rnext[i] = 0;
+    if (!ls_rfirst[h]) { ls_rkey[h] = p->done[i].ctx; ls_rfirst[h] = i + 1; }
+    else ls_rnext[ls_rlast[h] - 1] = i + 1;
+    ls_rlast[h] = i + 1;
+  }
+  __atomic_signal_fence(__ATOMIC_ACQUIRE);
+  head = p->head;
+  for (i = p->tail; i != head; i++) {
+    ls_rec *r = &p->ring[i % LS_SLOTS];
+    if (r->state != LS_DONE || !r->ctx || r->route) continue;
+    h = ls_rslot(r->ctx);
+    for (j = ls_rfirst[h]; j; j = ls_rnext[j - 1])
+      if (p->done[j - 1].t >= r->time) { r->route = p->done[j - 1].route; break; }
+  }
+  for (i = 0; i < p->ndone; i++) {
+    h = ls_rslot(p->done[i].ctx);
+    ls_rfirst[h] = ls_rlast[h] = 0;
+    ls_rkey[h] = 0;
+  }
+  p->ndone = 0;
+}
+
 /* the class of a G->vmstate: 1 interpreted, 2 compiled, 3 C (a C
  * function, a builtin, code outside the VM), 4 GC, 5 the JIT compiler
  * (recording, optimising, assembling, a trace exit); 0 not known */
@@ -254,6 +299,7 @@ int ls_l_take(lua_State *L)
   ls_prof *p = &ls_p[slot];
   uint32_t i, head, nk = 0, nr = 0, no = 0, pending;
   uint64_t nring = ls_skim(L, ev, p);
+  ls_routes(p);
   __atomic_signal_fence(__ATOMIC_ACQUIRE);
   head = p->head;
   for (i = p->tail; i != head; i++) {

@@ -53,6 +53,14 @@ typedef struct ls_bq {
   uint64_t out_t;          /* the last voluntary switch-out not yet back, or 0 */
 } ls_bq;
 
+/* requests that ended (luasafe_route) since the records were last given
+ * their routes (ls_routes): the request, when, its route id */
+#define LS_DONE_MAX 2048
+typedef struct ls_done {
+  uint64_t ctx, t;
+  uint32_t route;
+} ls_done;
+
 typedef struct ls_prof {
   int on, fd, block;       /* block: a context-switch event, its waits weigh the records */
   uint64_t id;
@@ -63,6 +71,8 @@ typedef struct ls_prof {
   ls_sq q;
   ls_bq bq;
   uint64_t merged;                        /* samples a record stood for beside its own */
+  ls_done done[LS_DONE_MAX];
+  uint32_t ndone;
 } ls_prof;
 
 /* ---- signal.c: the handler and the records' rings ---- */
@@ -122,6 +132,10 @@ extern uint64_t ls_root;                  /* the thread that armed, when no main
 extern uint64_t ls_ns, ls_ncap, ls_njoin, ls_nunjoined, ls_ncapslow;
 int ls_stack_of(lua_State *L, uint32_t *flags);
 void ls_capture(void *data, lua_State *L, int samples, int vmstate);
+
+/* gives the records of p that a capture completed for a request which
+ * has ended since (p->done) that request's route (match.c) */
+void ls_routes(ls_prof *p);
 
 /* ---- arm.c ---- */
 extern uint64_t ls_jcand;                 /* &J->trace found by luasafe_lines */

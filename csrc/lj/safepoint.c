@@ -89,27 +89,28 @@ static int l_block(lua_State *L)
   return 0;
 }
 
-/* _private.luasafe_route(id) -> ctx | nil: the records not yet taken
- * whose capture ran for the calling thread's request (lua_getexdata: in
- * OpenResty the request, in log_by_lua too) get route id (1..2^31);
- * returns that request as a number for the records taken before (nil:
- * no exdata, not OpenResty's LuaJIT) */
+/* _private.luasafe_route(id) -> ctx | nil: the calling thread's request
+ * (lua_getexdata: in OpenResty the request, in log_by_lua too) has ended
+ * with route id (1..2^31): noted for every armed profile, whose records of
+ * it get the route at the next take (ls_routes; at once when 2048 wait);
+ * returns that request as a number for the samples already taken (nil: no
+ * exdata, not OpenResty's LuaJIT) */
 static int l_route(lua_State *L)
 {
-  uint32_t id = (uint32_t)pe_check_int(L, 1, "id", 1, 0x7fffffff), i, head;
-  uint64_t ctx;
+  uint32_t id = (uint32_t)pe_check_int(L, 1, "id", 1, 0x7fffffff);
+  uint64_t ctx, now;
   int k;
   if (!ls_exdata) ls_exdata = (void *(*)(lua_State *))(uintptr_t)dlsym(RTLD_DEFAULT, "lua_getexdata");
   if (!ls_exdata || !(ctx = (uint64_t)(uintptr_t)ls_exdata(L))) { lua_pushnil(L); return 1; }
+  now = ls_now();
   for (k = 0; k < LS_MAXP; k++) {
     ls_prof *p = &ls_p[k];
     if (!p->on) continue;
-    __atomic_signal_fence(__ATOMIC_ACQUIRE);
-    head = p->head;
-    for (i = p->tail; i != head; i++) {
-      ls_rec *r = &p->ring[i % LS_SLOTS];
-      if (r->state == LS_DONE && r->ctx == ctx && !r->route) r->route = id;
-    }
+    if (p->ndone == LS_DONE_MAX) ls_routes(p);
+    p->done[p->ndone].ctx = ctx;
+    p->done[p->ndone].t = now;
+    p->done[p->ndone].route = id;
+    p->ndone++;
   }
   lua_pushnumber(L, (lua_Number)ctx);   /* an address: 47 bits, exact */
   return 1;

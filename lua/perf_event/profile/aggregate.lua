@@ -27,6 +27,7 @@ end
 local info_ids, next_info_id = setmetatable({}, { __mode = "k" }), 0
 
 local ckeys = setmetatable({}, { __mode = "k" })   -- frames -> their key, for frames counted again
+local lkeys = setmetatable({}, { __mode = "k" })   -- frames -> label -> their labelled key
 
 -- folds one resolved sample (n of them, label lab) into self.counts: the
 -- key tells apart what aggregate's options may keep apart (line, trace,
@@ -34,25 +35,37 @@ local ckeys = setmetatable({}, { __mode = "k" })   -- frames -> their key, for f
 function Profile:_count(frames, n, lab)
   n = n or 1
   local k = ckeys[frames]
+  local kk
   if k then
-    local kk = lab and k .. "|" .. lab.id or k
-    local e = self.counts[kk]
+    -- (a labelled key's text made once per frames and label)
+    local bylab = lab and lkeys[frames]
+    kk = lab and bylab and bylab[lab] or not lab and k
+    local e = kk and self.counts[kk]
     if e then e.count = e.count + n return e end
+  else
+    local parts = {}
+    for i = 1, #frames do
+      local f = frames[i]
+      if f.c then
+        parts[i] = f.c
+      else
+        local id = info_ids[f.lua]
+        if not id then next_info_id = next_info_id + 1; id = next_info_id; info_ids[f.lua] = id end
+        parts[i] = (f.caller and "@" or "") .. id .. ":" .. (f.line or "") .. ":" .. (f.trace or "")
+      end
+    end
+    k = concat(parts, ";", 1, #frames) .. "/" .. (frames.nleaf or "")
+    ckeys[frames] = k
   end
-  local parts = {}
-  for i = 1, #frames do
-    local f = frames[i]
-    if f.c then
-      parts[i] = f.c
-    else
-      local id = info_ids[f.lua]
-      if not id then next_info_id = next_info_id + 1; id = next_info_id; info_ids[f.lua] = id end
-      parts[i] = (f.caller and "@" or "") .. id .. ":" .. (f.line or "") .. ":" .. (f.trace or "")
+  if not kk then
+    kk = k
+    if lab then
+      kk = k .. "|" .. lab.id
+      local bylab = lkeys[frames]
+      if not bylab then bylab = setmetatable({}, { __mode = "k" }) lkeys[frames] = bylab end
+      bylab[lab] = kk
     end
   end
-  k = concat(parts, ";", 1, #frames) .. "/" .. (frames.nleaf or "")
-  ckeys[frames] = k
-  local kk = lab and k .. "|" .. lab.id or k
   local e = self.counts[kk]
   if e then e.count = e.count + n return e end
   e = { frames = frames, count = n, labels = lab, base = k, ck = kk }

@@ -18,7 +18,7 @@ local M = {}
 --- The VM state classes of luasafe_take's keys (csrc/lj/match.c), by number.
 M.VM = { "interpreted", "compiled", "c", "gc", "jit" }
 
-local interned, ninterned, next_id = {}, 0, 0
+local interned, ninterned, next_id = {}, 0, 0   -- vm -> route -> ctx -> label
 local INTERN_MAX = 4096    -- labels remembered; beyond, the memo starts again
 local ROUTES_MAX = 4096    -- route names given ids; beyond, "other"
 local PEND_MAX = 20000     -- samples of a profile waiting for their request's route
@@ -28,14 +28,19 @@ local route_names, route_ids, nroutes = {}, {}, 0
 --- The label of VM class `vm` (0: not known), route id (0: none) and
 -- request `ctx` (0: none, or the route is known).
 function M.get(vm, route, ctx)
-  local k = vm .. ":" .. route .. ":" .. ctx
-  local lab = interned[k]
+  local byvm = interned[vm]
+  local byroute = byvm and byvm[route]
+  local lab = byroute and byroute[ctx]
   if lab then return lab end
+  if ninterned >= INTERN_MAX then interned, ninterned = {}, 0 end
+  byvm = interned[vm] or {}
+  interned[vm] = byvm
+  byroute = byvm[route] or {}
+  byvm[route] = byroute
   next_id = next_id + 1
   lab = { vmstate = M.VM[vm], route = route_names[route], ctx = ctx ~= 0 and ctx or nil, vm = vm,
           id = next_id }
-  if ninterned >= INTERN_MAX then interned, ninterned = {}, 0 end
-  interned[k], ninterned = lab, ninterned + 1
+  byroute[ctx], ninterned = lab, ninterned + 1
   return lab
 end
 
