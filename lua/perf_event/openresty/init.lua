@@ -202,6 +202,9 @@ end
 function M.log(route)
   if not conf then return end
   counters.log(route)
+  -- the request's samples take its route: the one given, else its path
+  -- (ngx.var.uri: an exact-match location's name)
+  pcall(sampler.route, route or ngx.var.uri)
 end
 
 local function refuse(status, msg)
@@ -225,130 +228,194 @@ function M.metrics()
   ngx.print(text)
 end
 
--- the parts: "#freq=.. samples=.. lost=.. mode=.. duration=.." then "stack N"
+-- a part: its header "#freq=.. samples=.. lost=.. mode=.. duration=.."
+-- then "ROUTE<tab>VMSTATE<tab>stack N" lines (sampler.finish)
 local function read_part(text)
   local head, body = text:match("^(#[^\n]*)\n?(.*)$")
   local info = {}
   for k, v in (head or ""):gmatch("(%w+)=(%S+)") do info[k] = v end
   info.error = head and head:match("^#error (.*)$")
+  local rows = {}
+  for route, vmstate, stack, n in body:gmatch("([^\t\n]*)\t([^\t\n]*)\t([^\n]+) (%d+)") do
+    rows[#rows + 1] = { route = route ~= "" and route or nil, vmstate = vmstate ~= "" and vmstate or nil,
+                        stack = stack, n = tonumber(n) }
+  end
+  return info, rows
+end
+
+-- the answer's format and the path's kind: bad input answers 400
+local function check_args(args, kind)
+  local seconds = tonumber(args.seconds or "30")
+  if type(args.seconds) == "table" or not seconds or seconds <= 0 or seconds ~= seconds then
+    return nil, "seconds must be a positive number"
+  end
+  if seconds > conf.max_seconds then
+    return nil, format("profile duration exceeds the limit of %gs", conf.max_seconds)
+  end
+  local hz = tonumber(args.hz or "99")
+  if type(args.hz) == "table" or not hz or hz < 1 or hz > 10000 then return nil, "hz must be in 1..10000" end
+  local fmt = args.format or "pprof"
+  if fmt ~= "pprof" and fmt ~= "folded" and fmt ~= "speedscope" then
+    return nil, "format must be pprof, folded or speedscope"
+  end
+  if args.by ~= nil and args.by ~= "route" then return nil, "by must be route" end
+  local target = 0
+  if args.pid ~= nil then
+    target = tonumber(args.pid)
+    if type(args.pid) == "table" or not target or target < 1 or target ~= floor(target) then
+      return nil, "pid must be a process id"
+    end
+  end
+  return { seconds = seconds, hz = kind == "block" and 0 or floor(hz), fmt = fmt, target = floor(target),
+           by_route = args.by == "route", kind = kind }
+end
+
+-- the parts' rows as folded counts, each stack under "pid=P;" (and
+-- "route=R;" when asked)
+local function rooted(by_pid, pids, by_route)
   local counts = {}
-  for stack, n in body:gmatch("([^\n]+) (%d+)") do counts[stack] = (counts[stack] or 0) + tonumber(n) end
-  return info, counts
+  for _, wp in ipairs(pids) do
+    for _, r in ipairs(by_pid[wp]) do
+      local k = "pid=" .. wp .. ";" .. (by_route and "route=" .. (r.route or "none") .. ";" or "") .. r.stack
+      counts[k] = (counts[k] or 0) + r.n
+    end
+  end
+  return counts
+end
+
+-- the pprof table: one group of samples per worker, route and VM state,
+-- labelled so (`go tool pprof -tagfocus route=/a`)
+local function pprof_table(a, by_pid, pids, freq, t0, comments)
+  local pprof = require("perf_event.pprof")
+  local host = metrics.state.host
+  local t
+  for _, wp in ipairs(pids) do
+    local groups, order = {}, {}
+    for _, r in ipairs(by_pid[wp]) do
+      local gk = (r.route or "") .. "\t" .. (r.vmstate or "")
+      local g = groups[gk]
+      if not g then
+        g = { route = r.route, vmstate = r.vmstate, counts = {} }
+        groups[gk], order[#order + 1] = g, gk
+      end
+      g.counts[r.stack] = (g.counts[r.stack] or 0) + r.n
+    end
+    sort(order)
+    for _, gk in ipairs(order) do
+      local g = groups[gk]
+      local labels = { { key = "pid", num = wp }, { key = "host", str = host } }
+      if g.route then labels[#labels + 1] = { key = "route", str = g.route } end
+      if g.vmstate then labels[#labels + 1] = { key = "vmstate", str = g.vmstate } end
+      local part = pprof.folded_table(g.counts, {
+        freq = freq, time_nanos = floor(t0 * 1e9), duration_nanos = floor(a.seconds * 1e9),
+        event = a.kind == "block" and "block" or nil, labels = labels, comments = comments })
+      if not t then t = part
+      else for _, s in ipairs(part.samples) do t.samples[#t.samples + 1] = s end end
+    end
+  end
+  if not t then
+    t = pprof.folded_table({}, { freq = freq, time_nanos = floor(t0 * 1e9), duration_nanos = floor(a.seconds * 1e9),
+                                 event = a.kind == "block" and "block" or nil, comments = comments })
+  end
+  return t
 end
 
 --- Content handler, Go's `/debug/pprof/profile?seconds=N` (default 30, at
 -- most `max_seconds`): by default a profile of every worker of this nginx
 -- over the next N seconds, as one gzipped `profile.proto`, each sample
--- labelled with its worker's `pid` (and `host`).  `?pid=P` profiles that
--- worker only; `?format=folded` answers folded stacks under a root frame
--- `pid=P`, `?format=speedscope` speedscope's JSON; `?hz=F` (default 99)
--- is the rate when no always-on sampler runs.  A second window while one
--- runs gets 429; bad arguments 400; an unknown pid 404.  The answering
--- worker waits with `ngx.sleep` and keeps serving.
+-- labelled with its worker's `pid` (and `host`), its request's `route`
+-- (the name given to `log(route)`, else the request's path) and the VM
+-- state the sample found (`vmstate`: interpreted, compiled, c, gc, jit).
+-- At a path ending in `/block` (`location /debug/pprof/ {...}` serves
+-- both), Go's block profile instead: where the workers waited in the
+-- kernel under Lua code, each stack weighed by the time waited (`delay`,
+-- nanoseconds); waits that yield to the event loop (`ngx.sleep`,
+-- cosockets, the idle `epoll_wait`) have no Lua frame and do not count.
+-- `?pid=P` profiles that worker only; `?format=folded` answers folded
+-- stacks under a root frame `pid=P`, `?format=speedscope` speedscope's
+-- JSON, `?by=route` puts a `route=R` frame under it; `?hz=F` (default
+-- 99) is the rate when no always-on sampler runs.  A second window while
+-- one runs gets 429; bad arguments 400; an unknown pid or path 404.  The
+-- answering worker waits with `ngx.sleep` and keeps serving.
 function M.pprof()
   if not conf then return refuse(500, "perf_event.openresty: init_worker() was not called") end
+  local last = ngx.var.uri:match("([^/]*)/*$")
+  local kind = last == "block" and "block" or "profile"
+  if last ~= "block" and last ~= "profile" then
+    return refuse(404, "perf_event.openresty: no profile '" .. last .. "' (profile or block)")
+  end
   -- (past its limit, 100, the parser drops the rest: a window must not
   -- start from what it kept)
   local args, aerr = ngx.req.get_uri_args()
   if aerr == "truncated" then
     return refuse(400, "perf_event.openresty: more than 100 arguments")
   end
-  local seconds = tonumber(args.seconds or "30")
-  if type(args.seconds) == "table" or not seconds or seconds <= 0 or seconds ~= seconds then
-    return refuse(400, "perf_event.openresty: seconds must be a positive number")
-  end
-  if seconds > conf.max_seconds then
-    return refuse(400, format("perf_event.openresty: profile duration exceeds the limit of %gs", conf.max_seconds))
-  end
-  local hz = tonumber(args.hz or "99")
-  if type(args.hz) == "table" or not hz or hz < 1 or hz > 10000 then
-    return refuse(400, "perf_event.openresty: hz must be in 1..10000")
-  end
-  hz = floor(hz)
-  local fmt = args.format or "pprof"
-  if fmt ~= "pprof" and fmt ~= "folded" and fmt ~= "speedscope" then
-    return refuse(400, "perf_event.openresty: format must be pprof, folded or speedscope")
-  end
-  local target = 0
-  if args.pid ~= nil then
-    target = tonumber(args.pid)
-    if type(args.pid) == "table" or not target or target < 1 or target ~= floor(target) then
-      return refuse(400, "perf_event.openresty: pid must be a process id")
-    end
+  local a, bad = check_args(args, kind)
+  if not a then return refuse(400, "perf_event.openresty: " .. bad) end
+  if a.target ~= 0 then
     local known = false
-    for _, w in ipairs(metrics.workers()) do if w == target then known = true end end
-    if not known then return refuse(404, "perf_event.openresty: no worker " .. floor(target) .. " in this nginx") end
+    for _, w in ipairs(metrics.workers()) do if w == a.target then known = true end end
+    if not known then return refuse(404, "perf_event.openresty: no worker " .. a.target .. " in this nginx") end
   end
   local parts, t0, msg
   if dict then
-    parts, t0, msg = window.run(dict, seconds, target, hz)
+    parts, t0, msg = window.run(dict, a.seconds, a.target, a.hz)
   else
     if busy then return refuse(429, "perf_event.openresty: a profile is already running in this worker") end
     busy = true
-    parts, t0, msg = window.run_local(seconds, hz)
+    parts, t0, msg = window.run_local(a.seconds, a.hz)
     busy = false
   end
   if not parts then return refuse(t0, msg) end
   -- the workers' parts, by pid
   local pids, comments, by_pid, errors = {}, {}, {}, {}
-  local freq = hz
+  local freq = a.hz
   for wpid, text in pairs(parts) do
-    local info, counts = read_part(text)
+    local info, rows = read_part(text)
     if info.error then
       errors[#errors + 1] = format("worker %s: %s", wpid, info.error)
     else
       pids[#pids + 1] = tonumber(wpid)
-      by_pid[tonumber(wpid)] = counts
+      by_pid[tonumber(wpid)] = rows
       freq = tonumber(info.freq) or freq
-      comments[#comments + 1] = format("nginx worker %s: %s samples, %s lost, mode %s, %s s%s", wpid,
-                                       info.samples or "?", info.lost or "?", info.mode or "?",
+      comments[#comments + 1] = format("nginx worker %s: %s %s, %s lost, mode %s, %s s%s", wpid,
+                                       info.samples or "?", kind == "block" and "waits" or "samples",
+                                       info.lost or "?", info.mode or "?",
                                        info.duration or "?", info.note and (", " .. info.note) or "")
     end
   end
   sort(pids)
   if #pids == 0 then
-    return refuse(500, "Could not enable CPU profiling: " .. (errors[1] or "no worker answered"))
+    return refuse(500, (kind == "block" and "Could not enable block profiling: " or "Could not enable CPU profiling: ")
+                       .. (errors[1] or "no worker answered"))
   end
   for _, e in ipairs(errors) do comments[#comments + 1] = e end
   metrics.state.profiles = metrics.state.profiles + 1
-  if fmt == "folded" then
+  if a.fmt == "folded" then
     local lines = {}
-    for _, wp in ipairs(pids) do
-      for stack, n in pairs(by_pid[wp]) do lines[#lines + 1] = { "pid=" .. wp .. ";" .. stack, n } end
-    end
-    sort(lines, function(a, b) if a[2] ~= b[2] then return a[2] > b[2] end return a[1] < b[1] end)
+    for stack, n in pairs(rooted(by_pid, pids, a.by_route)) do lines[#lines + 1] = { stack, n } end
+    sort(lines, function(x, y) if x[2] ~= y[2] then return x[2] > y[2] end return x[1] < y[1] end)
     local out = {}
-    for i, l in ipairs(lines) do out[i] = l[1] .. " " .. l[2] end
+    for i, l in ipairs(lines) do out[i] = l[1] .. " " .. format("%.0f", l[2]) end
     ngx.header.content_type = "text/plain; charset=utf-8"
     ngx.print(concat(out, "\n"), #out > 0 and "\n" or "")
     return
   end
-  local pprof = require("perf_event.pprof")
-  local host = metrics.state.host
-  local t
-  for _, wp in ipairs(pids) do
-    local counts = by_pid[wp]
-    if fmt == "speedscope" then
-      local rooted = {}
-      for stack, n in pairs(counts) do rooted["pid=" .. wp .. ";" .. stack] = n end
-      counts = rooted
-    end
-    local part = pprof.folded_table(counts, {
-      freq = freq, time_nanos = floor(t0 * 1e9), duration_nanos = floor(seconds * 1e9),
-      labels = { { key = "pid", num = wp }, { key = "host", str = host } }, comments = comments })
-    if not t then t = part
-    else for _, s in ipairs(part.samples) do t.samples[#t.samples + 1] = s end end
-  end
-  if fmt == "speedscope" then
-    local json = require("perf_event.speedscope").encode(t, { name = "nginx " .. host })
+  if a.fmt == "speedscope" then
+    local pprof = require("perf_event.pprof")
+    local t = pprof.folded_table(rooted(by_pid, pids, a.by_route), {
+      freq = freq, time_nanos = floor(t0 * 1e9), duration_nanos = floor(a.seconds * 1e9),
+      event = kind == "block" and "block" or nil, comments = comments })
+    local json = require("perf_event.speedscope").encode(t, { name = "nginx " .. metrics.state.host })
     ngx.header.content_type = "application/json"
     ngx.print(json)
     return
   end
-  local okb, bytes = pcall(pprof.encode, t)
+  local t = pprof_table(a, by_pid, pids, freq, t0, comments)
+  local okb, bytes = pcall(require("perf_event.pprof").encode, t)
   if not okb then return refuse(500, "perf_event.openresty: cannot write the profile: " .. tostring(bytes)) end
   ngx.header.content_type = "application/octet-stream"
-  ngx.header["Content-Disposition"] = 'attachment; filename="profile"'
+  ngx.header["Content-Disposition"] = 'attachment; filename="' .. kind .. '"'
   ngx.header["X-Content-Type-Options"] = "nosniff"
   ngx.print(bytes)
 end

@@ -19,6 +19,7 @@ local tostring, tonumber, ipairs, pairs, rawget, io = tostring, tonumber, ipairs
 local M = {}
 
 local PREFIX = "nginx_perf_"
+local VMSTATES = require("perf_event.profile.labels").VM
 local jit = rawget(_G, "jit")
 
 local st = { dict = nil, pid = nil, host = "unknown", interval = 1, drops = 0, profiles = 0 }
@@ -70,6 +71,8 @@ local function families()
   f[#f + 1] = { "worker_counters_running_seconds_total", "counter",
                 "Time the worker's counter group was counting on a CPU (time_running)." }
   f[#f + 1] = { "sampler_samples_total", "counter", "Samples the always-on sampler took." }
+  f[#f + 1] = { "sampler_vmstate_samples_total", "counter",
+                "The always-on sampler's samples by the Lua VM's state (interpreted, compiled, c, gc, jit)." }
   f[#f + 1] = { "lost_samples_total", "counter",
                 "Samples the kernel dropped because a ring was full (source: sampler or pprof)." }
   f[#f + 1] = { "pprof_profiles_total", "counter", "Profiles /debug/pprof/profile answered." }
@@ -109,6 +112,12 @@ local function render_worker(with_drops)
   local p = sampler.profile()
   if p then
     add("sampler_samples_total", int(p.nsamples))
+    local vmc = p.vmcount
+    if vmc then
+      for i, name in ipairs(VMSTATES) do
+        add("sampler_vmstate_samples_total", int(vmc[i]), ',state="' .. name .. '"')
+      end
+    end
     add("lost_samples_total", int(p.lost), ',source="sampler"')
   end
   add("lost_samples_total", int(sampler.lost_window), ',source="pprof"')

@@ -21,16 +21,33 @@ local conf = { freq = 99, stacks = "lua", max_stacks = 20000 }
 local next_drain = 0
 M.lost_window = 0   -- samples lost by the windows' own profiles
 
+-- hz 0: a block profile (where the worker waited in the kernel)
 local function start_profile(freq)
   local pe = require("perf_event")
   -- 32 pages (128 KiB): the unprivileged mlock budget (perf_event_mlock_kb)
   -- is per user, shared by every worker of nobody
+  if freq == 0 then return pe.profile.start({ block = true, pages = 32 }) end
   return pe.profile.start({ freq = freq, keep = false, pages = 32, lua = conf.stacks ~= "c" })
+end
+
+local windows = 0   -- profiles a window of this worker runs (log() names routes while one runs)
+
+--- The route names the samples of requests take: the first `max_routes`
+-- names, then "other" (as the metrics' route label).
+local route_seen, nroute_seen, max_routes = {}, 0, 16
+function M.route(name)
+  if not (always or windows > 0) then return end
+  if not route_seen[name] then
+    if nroute_seen >= max_routes then name = "other"
+    else route_seen[name], nroute_seen = true, nroute_seen + 1 end
+  end
+  require("perf_event.profile")._request_done(name)
 end
 
 --- Starts the always-on sampler of this worker.
 function M.start(opts)
   conf.freq, conf.stacks = opts.freq, opts.stacks
+  max_routes = opts.max_routes or max_routes
   local p, err = start_profile(conf.freq)
   always, always_err = p, err
   if not p then return nil, err end
@@ -69,9 +86,10 @@ function M.stop()
 end
 
 --- A window begins in this worker: returns its state, or nil and why.
+-- hz 0: a block profile, always the window's own.
 function M.begin(hz)
   local w = {}
-  if always then
+  if always and hz ~= 0 then
     always:drain()
     always:reset()
     w.p, w.own, w.lost0, w.n0 = always, false, always.lost, always.nsamples
@@ -80,31 +98,41 @@ function M.begin(hz)
     local p, err = start_profile(hz)
     if not p then return nil, err end
     w.p, w.own, w.lost0, w.n0, w.freq = p, true, 0, 0, hz
+    windows = windows + 1
   end
   ngx.update_time()
   w.t0 = ngx.now()
   return w
 end
 
+-- a label value on a part's line: no tab or newline
+local function field(v) return (tostring(v or ""):gsub("%c", " ")) end
+
 --- The window ends: its stacks as text, a header line first
 -- ("#freq=99 samples=N lost=L mode=safepoint duration=3.012"), then one
--- folded line per stack ("a;b;c N").
+-- line per stack and labels ("ROUTE<tab>VMSTATE<tab>a;b;c N"; a block
+-- profile's N in nanoseconds).
 function M.finish(w)
   local p = w.p
   local counts
   if w.own then
+    windows = windows - 1
     p:stop()
     M.lost_window = M.lost_window + (tonumber(p.lost) or 0)
   else
     p:drain()
   end
-  counts = p:aggregate({ reset = not w.own })
+  counts = p:aggregate({ reset = not w.own, labels = true })
   ngx.update_time()
   local out = { format("#freq=%d samples=%d lost=%d mode=%s duration=%.3f%s", floor(w.freq),
-                       p.nsamples - w.n0, (tonumber(p.lost) or 0) - w.lost0, tostring(p.mode),
+                       p.block and (p.nwaits or 0) or p.nsamples - w.n0, (tonumber(p.lost) or 0) - w.lost0,
+                       p.block and "block" or tostring(p.mode),
                        ngx.now() - w.t0,
                        p.stacks == false and p.stacks_reason and (" note=" .. p.stacks_reason:gsub("%s", "_")) or "") }
-  for _, e in ipairs(counts) do out[#out + 1] = e.key .. " " .. e.count end
+  for _, e in ipairs(counts) do
+    local lab = e.labels or {}
+    out[#out + 1] = field(lab.route) .. "\t" .. field(lab.vmstate) .. "\t" .. e.key .. " " .. format("%.0f", e.count)
+  end
   return concat(out, "\n")
 end
 
