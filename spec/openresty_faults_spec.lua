@@ -11,7 +11,7 @@
 local U = require("support.util")
 local N = require("support.nginx")
 local sh, have, read, write = N.sh, N.have, N.read, N.write
-local reason = N.skip_reason("the OpenResty fault specs")
+local reason = N.skip_reason("the OpenResty fault test")
 
 -- the documented bounds: a window's lock lapses at most LAPSE s after its
 -- answering worker's death; the answering worker waits at most GRACE s
