@@ -102,6 +102,55 @@ function N.start(dir, opts)
   error("no free port on 127.0.0.1")
 end
 
+--- doc/openresty.md's nginx.conf lines (section 2, and its load_module
+-- lines) for a prefix N.prepare made: its lua/ and lib/ in the package
+-- paths, with `opts.app` (a folder of the user's modules) first; `listen`
+-- on 127.0.0.1:@PORT@ (N.start fills it in); `opts.locations` (nginx.conf
+-- text) before the doc's /metrics; `opts.main` in the main context; two
+-- workers; the logs under the prefix.
+function N.conf_from_doc(dir, opts)
+  opts = opts or {}
+  local doc = assert(N.read("doc/openresty.md"))
+  local snippet = doc:match("\n## 2%. The nginx%.conf lines\n.-```nginx\n(.-\n)```")
+  assert(snippet, "no ```nginx block under '## 2. The nginx.conf lines' in doc/openresty.md")
+  local modules = doc:match("\n```nginx\n(load_module [^`]-)\n```")
+  assert(modules, "no ```nginx block of load_module lines in doc/openresty.md")
+  local c = snippet
+  local function sub(from, to)
+    local k
+    c, k = c:gsub(from:gsub("%p", "%%%0"), (to:gsub("%%", "%%%%")))
+    assert(k > 0, "the doc's snippet has no '" .. from .. "'")
+  end
+  sub('lua_package_path  "', 'lua_package_path  "' .. (opts.app and (opts.app .. "/?.lua;") or ""))
+  sub("/usr/local/share/lua/5.1/", dir .. "/lua/")
+  sub("/usr/local/lib/lua/5.1/", dir .. "/lib/")
+  sub("listen 8080;", "listen 127.0.0.1:@PORT@;")
+  sub("http {\n", "http {\n    access_log logs/access.log;\n")
+  if opts.locations then sub("        location = /metrics {", opts.locations .. "\n        location = /metrics {") end
+  return table.concat({ "worker_processes 2;", "pid logs/nginx.pid;", "error_log logs/error.log notice;",
+                        modules, opts.main or "", "events { worker_connections 1024; }", c }, "\n")
+end
+
+--- The pids (numbers, sorted) of the worker processes whose parent is
+-- `master`, read from /proc.
+function N.workers(master)
+  local out = {}
+  for p in N.sh("ls /proc"):gmatch("%d+") do
+    local stat = N.read("/proc/" .. p .. "/stat")
+    local ppid = stat and stat:match("^%d+ %(.*%) %a (%d+)")
+    if ppid == tostring(master) and (N.read("/proc/" .. p .. "/cmdline") or ""):find("worker process", 1, true) then
+      out[#out + 1] = tonumber(p)
+    end
+  end
+  table.sort(out)
+  return out
+end
+
+--- Seconds since boot, to 10 ms (/proc/uptime): for deadlines and delays.
+function N.clock()
+  return tonumber(assert(N.read("/proc/uptime")):match("^[%d.]+"))
+end
+
 --- QUIT, then TERM, then KILL: true once `pid` is gone.
 function N.kill_wait(pid)
   for _, sig in ipairs({ "QUIT", "TERM", "KILL" }) do

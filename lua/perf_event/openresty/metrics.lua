@@ -3,10 +3,16 @@
 --
 -- Each worker writes its figures under `w:PID` from its timer (every
 -- `interval` seconds; the entry lives 5 intervals, so a worker that is
--- gone leaves the exposition soon after).  A write that does not fit
--- (`safe_set`: nothing else is evicted) is dropped and counted in `d:PID`,
--- a number stored when the worker starts, which an increment changes in
--- place without more memory.
+-- gone leaves the exposition soon after).  The text is padded to a slot of
+-- whole pages with room to grow, and a write of the same length replaces
+-- the entry in place: a full dict never refuses it (a write of another
+-- length frees the old entry first, and may then find no room).  Figures
+-- that outgrow the slot take a larger one only when the dict has the
+-- pages free; else the entry keeps its last figures, renewed, and the
+-- write counts as dropped.  Drops are counted in `d:PID`, a number stored
+-- when the worker starts, which an increment changes in place without
+-- more memory.  The answering worker renders its own figures from its
+-- own state.
 -- @module perf_event.openresty.metrics
 
 local ngx = ngx  -- luacheck: read globals ngx
@@ -14,7 +20,8 @@ local counters = require("perf_event.openresty.counters")
 local sampler = require("perf_event.openresty.sampler")
 
 local format, concat, sort, gmatch, find = string.format, table.concat, table.sort, string.gmatch, string.find
-local tostring, tonumber, ipairs, pairs, rawget, io = tostring, tonumber, ipairs, pairs, rawget, io
+local tostring, tonumber, ipairs, pairs, rawget, select, io = tostring, tonumber, ipairs, pairs, rawget, select, io
+local rep, ceil = string.rep, math.ceil
 
 local M = {}
 
@@ -22,7 +29,8 @@ local PREFIX = "nginx_perf_"
 local VMSTATES = require("perf_event.profile.labels").VM
 local jit = rawget(_G, "jit")
 
-local st = { dict = nil, pid = nil, host = "unknown", interval = 1, drops = 0, profiles = 0 }
+local st = { dict = nil, pid = nil, host = "unknown", interval = 1, drops = 0, profiles = 0,
+             slot = nil }  -- the length of this worker's `w:PID` entry, when it has one
 M.state = st
 
 local function hostname()
@@ -32,8 +40,17 @@ local function hostname()
   return h or "unknown"
 end
 
+-- a process's state letter and parent pid, from /proc
+local function stat(pid)
+  local f = io.open("/proc/" .. pid .. "/stat", "r")
+  local s = f and f:read("*l")
+  if f then f:close() end
+  return (s or ""):match("^%d+ %(.*%) (%a) (%d+)")
+end
+
 function M.init(dict, interval)
   st.dict, st.interval, st.pid, st.host = dict, interval, ngx.worker.pid(), hostname()
+  st.master = select(2, stat("self"))
   if dict then dict:safe_add("d:" .. st.pid, 0) end
 end
 
@@ -130,17 +147,39 @@ local function render_worker(with_drops)
   return concat(out, "\n")
 end
 
+-- a slot: whole 4 KiB pages of the dict's slab allocator, less the
+-- entry's header and key (at most 128 bytes), with at least 1 KiB to grow
+local PAGE, HEAD, ROOM = 4096, 128, 1024
+local function slot_for(len) return ceil((len + ROOM + HEAD) / PAGE) * PAGE - HEAD end
+
 --- Writes this worker's figures into the dict (the timer, and metrics()).
 function M.publish()
   local d = st.dict
   if not d or not st.pid then return end
-  local ok, err = d:safe_set("w:" .. st.pid, render_worker(false), 5 * st.interval + 1)
+  local key, ttl = "w:" .. st.pid, 5 * st.interval + 1
+  local text = render_worker(false)
+  local slot = st.slot
+  if slot and #text >= slot then
+    -- a larger slot frees this one first: only when the pages are free
+    local want = slot_for(#text)
+    if d.free_space and d:free_space() < want + HEAD then
+      M.drop()
+      d:expire(key, ttl)
+      d:expire("d:" .. st.pid, ttl)
+      return
+    end
+    slot = want
+  end
+  slot = slot or slot_for(#text)
+  -- the padding is a line of blanks, which the exposition skips
+  local ok, err = d:safe_set(key, text .. "\n" .. rep(" ", slot - #text - 1), ttl)
+  st.slot = ok and slot or nil
   if not ok then
     M.drop()
     if err ~= "no memory" then ngx.log(ngx.ERR, "perf_event.openresty: cannot publish: ", err) end
   end
   -- the drop count lives as long as the figures
-  d:expire("d:" .. st.pid, 5 * st.interval + 1)
+  d:expire("d:" .. st.pid, ttl)
 end
 
 --- Forgets this worker's entries (it exits).
@@ -149,13 +188,22 @@ function M.retire()
   if d and st.pid then d:delete("w:" .. st.pid); d:delete("d:" .. st.pid) end
 end
 
---- The pids of the workers that published lately.
+--- Whether the worker `pid` of this nginx still runs: its /proc entry is
+-- there, not a zombie, and its parent is this worker's (the master).  True
+-- when /proc cannot tell.
+function M.alive(pid)
+  if pid == st.pid or not st.master then return true end
+  local state, parent = stat(pid)
+  return state ~= nil and state ~= "Z" and state ~= "X" and parent == st.master
+end
+
+--- The pids of the workers that published lately and still run.
 function M.workers()
   local d, pids = st.dict, {}
   if not d then return { st.pid } end
   for _, k in ipairs(d:get_keys(0)) do
-    local pid = k:match("^w:(%d+)$")
-    if pid then pids[#pids + 1] = tonumber(pid) end
+    local pid = tonumber(k:match("^w:(%d+)$"))
+    if pid and M.alive(pid) then pids[#pids + 1] = pid end
   end
   sort(pids)
   return pids
@@ -169,10 +217,15 @@ function M.exposition()
   if d then
     M.publish()
     local keys = d:get_keys(0)
+    keys[#keys + 1] = "w:" .. st.pid   -- this worker's own, from its state
     sort(keys)
-    for _, k in ipairs(keys) do
-      if find(k, "^w:") then
-        texts[#texts + 1] = d:get(k)
+    for i, k in ipairs(keys) do
+      if k == "w:" .. st.pid then
+        if k ~= keys[i - 1] then texts[#texts + 1] = render_worker(false) end
+      elseif find(k, "^w:") then
+        local text = d:get(k)
+        local pad = text and find(text, "\n ", 1, true)
+        texts[#texts + 1] = pad and text:sub(1, pad - 1) or text
       else
         local pid = k:match("^d:(%d+)$")
         if pid then drops[#drops + 1] = { pid, d:get(k) } end

@@ -108,6 +108,13 @@ end
 -- a label value on a part's line: no tab or newline
 local function field(v) return (tostring(v or ""):gsub("%c", " ")) end
 
+--- The part of a window this worker did not sample (it saw the window
+-- after its end): the header of a part with no samples, and why.
+function M.empty(hz, note)
+  return format("#freq=%d samples=0 lost=0 mode=none duration=0.000 note=%s",
+                floor(always and conf.freq or hz), (note:gsub("%s", "_")))
+end
+
 --- The window ends: its stacks as text, a header line first
 -- ("#freq=99 samples=N lost=L mode=safepoint duration=3.012"), then one
 -- line per stack and labels ("ROUTE<tab>VMSTATE<tab>a;b;c N"; a block
