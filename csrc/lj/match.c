@@ -79,6 +79,7 @@ static uint64_t ls_waited(ls_bq *b, uint64_t time)
 static uint64_t ls_rkey[LS_RHASH];
 static uint32_t ls_rfirst[LS_RHASH], ls_rlast[LS_RHASH];   /* entry index + 1, or 0 */
 static uint32_t ls_rnext[LS_DONE_MAX];
+static uint32_t ls_rused[LS_DONE_MAX];   /* the slots taken, to clear them (a probe stops at a cleared one) */
 
 static uint32_t ls_rslot(uint64_t ctx)
 {
@@ -92,12 +93,12 @@ static uint32_t ls_rslot(uint64_t ctx)
  * record's signal */
 void ls_routes(ls_prof *p)
 {
-  uint32_t i, head, h, j;
+  uint32_t i, head, h, j, nused = 0;
   if (!p->ndone) return;
   for (i = 0; i < p->ndone; i++) {       /* entries in time order: chains oldest first */
     h = ls_rslot(p->done[i].ctx);
     ls_rnext[i] = 0;
-    if (!ls_rfirst[h]) { ls_rkey[h] = p->done[i].ctx; ls_rfirst[h] = i + 1; }
+    if (!ls_rfirst[h]) { ls_rkey[h] = p->done[i].ctx; ls_rfirst[h] = i + 1; ls_rused[nused++] = h; }
     else ls_rnext[ls_rlast[h] - 1] = i + 1;
     ls_rlast[h] = i + 1;
   }
@@ -110,8 +111,8 @@ void ls_routes(ls_prof *p)
     for (j = ls_rfirst[h]; j; j = ls_rnext[j - 1])
       if (p->done[j - 1].t >= r->time) { r->route = p->done[j - 1].route; break; }
   }
-  for (i = 0; i < p->ndone; i++) {
-    h = ls_rslot(p->done[i].ctx);
+  for (i = 0; i < nused; i++) {
+    h = ls_rused[i];
     ls_rfirst[h] = ls_rlast[h] = 0;
     ls_rkey[h] = 0;
   }
