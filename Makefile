@@ -72,7 +72,7 @@ endif
 
 TARGET := $(OUTDIR)/perf_event/core.so
 
-.PHONY: all asan rock test test-user test-asan test-stats test-sysctl lint clean bench doc bench-read bench-records bench-nginx bench-openresty bench-record bench-fleet bench-profile bench-remote
+.PHONY: all asan rock test test-user test-asan test-stats test-sysctl lint clean bench doc bench-read bench-records bench-nginx bench-openresty bench-record bench-fleet bench-profile bench-remote bench-block bench-labels
 all: $(TARGET)
 
 $(TARGET): $(call objs_of,$(LUA)) Makefile
@@ -204,6 +204,12 @@ bench-nginx: all fixtures
 # sampler and log() against a twin server and the group's read(2)
 bench-openresty: all
 	bench/nginx/module.sh 3 15
+# an armed block profile on /hello (root: its worker runs as root)
+bench-block: all
+	bench/nginx/block.sh 3 9
+# what the route and VM state labels add to a sample, against 7e4314f
+bench-labels: all
+	bench/profile/labels.sh 9
 bench-record: all fixtures
 	bench/record/run.sh 300000000 5
 bench-fleet: all
@@ -219,7 +225,8 @@ bench-profile: all
 bench-remote: all
 	luajit bench/remote/overhead.lua 99 30
 	luajit bench/remote/overhead.lua 999 10
-bench: bench-read bench-records bench-nginx bench-openresty bench-record bench-fleet bench-profile bench-remote
+bench: bench-read bench-records bench-nginx bench-openresty bench-record bench-fleet bench-profile bench-remote \
+	bench-block bench-labels
 
 # the LDoc reference (lua-ldoc) -> doc/reference/; LDoc copies its
 # template to /tmp/ldoc_root (a fixed name, TMPDIR not heeded) and leaves it

@@ -27,21 +27,31 @@ end
 local info_ids, next_info_id = setmetatable({}, { __mode = "k" }), 0
 
 local ckeys = setmetatable({}, { __mode = "k" })   -- frames -> their key, for frames counted again
-local lkeys = setmetatable({}, { __mode = "k" })   -- frames -> label -> their labelled key
 
 -- folds one resolved sample (n of them, label lab) into self.counts: the
 -- key tells apart what aggregate's options may keep apart (line, trace,
 -- labels), and is cheap to build. Returns the entry, and true when it is new
 function Profile:_count(frames, n, lab)
   n = n or 1
+  if lab then
+    -- a labelled sample's entry, remembered by frames and label
+    local byf = self._ebf[frames]
+    local e = byf and byf[lab]
+    if e then e.count = e.count + n return e end
+  end
   local k = ckeys[frames]
   local kk
   if k then
-    -- (a labelled key's text made once per frames and label)
-    local bylab = lab and lkeys[frames]
-    kk = lab and bylab and bylab[lab] or not lab and k
-    local e = kk and self.counts[kk]
-    if e then e.count = e.count + n return e end
+    kk = lab and k .. "|" .. lab.id or k
+    local e = self.counts[kk]
+    if e and not lab then e.count = e.count + n return e end
+    if e then
+      local byf = self._ebf[frames]
+      if not byf then byf = {} self._ebf[frames] = byf end
+      byf[lab] = e
+      e.count = e.count + n
+      return e
+    end
   else
     local parts = {}
     for i = 1, #frames do
@@ -57,20 +67,17 @@ function Profile:_count(frames, n, lab)
     k = concat(parts, ";", 1, #frames) .. "/" .. (frames.nleaf or "")
     ckeys[frames] = k
   end
-  if not kk then
-    kk = k
-    if lab then
-      kk = k .. "|" .. lab.id
-      local bylab = lkeys[frames]
-      if not bylab then bylab = setmetatable({}, { __mode = "k" }) lkeys[frames] = bylab end
-      bylab[lab] = kk
-    end
-  end
+  kk = kk or (lab and k .. "|" .. lab.id or k)
   local e = self.counts[kk]
   if e then e.count = e.count + n return e end
   e = { frames = frames, count = n, labels = lab, base = k, ck = kk }
   self.counts[kk] = e
   self.nstacks = self.nstacks + 1
+  if lab then
+    local byf = self._ebf[frames]
+    if not byf then byf = {} self._ebf[frames] = byf end
+    byf[lab] = e
+  end
   return e, true
 end
 
@@ -115,7 +122,10 @@ function Profile:reset()
   self.samples = {}
   if self.labels then self.labels = {} end
   if self._pend then self._pend, self._npend = {}, 0 end
-  if self.keep == false then self.counts, self.nstacks = {}, 0 end
+  if self.keep == false then
+    self.counts, self.nstacks = {}, 0
+    self._ebf = setmetatable({}, { __mode = "k" })
+  end
   return self
 end
 

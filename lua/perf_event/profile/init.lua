@@ -280,6 +280,7 @@ function M.start(opts)
   end
   if opts.keep == false then
     p.keep, p.counts, p.nstacks = false, {}, 0
+    p._ebf = setmetatable({}, { __mode = "k" })   -- frames -> label -> count entry (aggregate.lua)
     -- an aggregated profile drains a few samples at a time, of every shape
     -- (a C leaf, a stack of any depth): compiled, the resolution kept
     -- making side traces (about 40 a second at 1 kHz in nginx, each

@@ -44,6 +44,9 @@ function M.get(vm, route, ctx)
   return lab
 end
 
+--- The memo of `get` (vm -> route -> ctx -> label), for the drain's loop.
+function M.interned() return interned end
+
 local function route_id(name)
   local id = route_ids[name]
   if id then return id end
@@ -84,15 +87,21 @@ local function resolve(p, ctx, id)
   if not l then return end
   p._pend[ctx], p._npend = nil, p._npend - #l
   if p.keep == false then
-    local counts = p.counts
+    local counts, ebf = p.counts, p._ebf
     for _, e in ipairs(l) do
       local lab = M.get(e.labels.vm, id, 0)
       local k = e.base .. "|" .. lab.id
       if counts[e.ck] == e then
         counts[e.ck] = nil
+        local byf = ebf[e.frames]
+        if byf then byf[e.labels] = nil end   -- (the request's address serves another request next)
         local to = counts[k]
         if to then to.count = to.count + e.count; p.nstacks = p.nstacks - 1
-        else e.labels, e.ck = lab, k; counts[k] = e end
+        else
+          e.labels, e.ck = lab, k
+          counts[k] = e
+          if byf then byf[lab] = e end
+        end
       end
     end
   else

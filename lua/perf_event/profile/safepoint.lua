@@ -499,7 +499,7 @@ function M.drain(p, final)
   local samples, byk = p.samples, s.byk
   s.nkeys = s.nkeys + #keys / KEYW
   local nsafe = p.nsafe or 0
-  local count, get, pend = p._count, labels.get, labels.pend
+  local count, get, pend, interned = p._count, labels.get, labels.pend, labels.interned()
   local block = p.block
   local labs, blab = p.labels, s.blab
   local vmc = p.vmcount
@@ -508,7 +508,11 @@ function M.drain(p, final)
     vmc[keys[i + 7]] = vmc[keys[i + 7]] + cnt
     local fr = frames_of(p, s, id, keys[i + 1], keys[i + 2], keys[i + 4], keys[i + 5])
     if id ~= 0 then nsafe = nsafe + cnt end
-    local lab = get(keys[i + 7], keys[i + 8], keys[i + 9])
+    -- (the label's memo read here: a call per key costs, interpreted)
+    local vm, route, ctx = keys[i + 7], keys[i + 8], keys[i + 9]
+    local l1 = interned[vm]
+    local l2 = l1 and l1[route]
+    local lab = l2 and l2[ctx] or get(vm, route, ctx)
     if block then
       -- a wait counts by its length, and only under Lua frames (the event
       -- loop's epoll_wait, and what yields to it, have none)
