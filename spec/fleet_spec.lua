@@ -24,20 +24,7 @@ describe("the OpenResty fleet endpoints (perf_event.openresty)", function()
     return out
   end
 
-  -- the samples of an exposition: { {name=, labels={...}, value=n}, ... }
-  local function samples(text)
-    local out = {}
-    for line in text:gmatch("[^\n]+") do
-      if not line:find("^#") then
-        local name, labels, value = line:match("^([%w_:]+){(.-)} (%S+)$")
-        assert(name, "not a sample line: " .. line)
-        local l = {}
-        for k, v in labels:gmatch('([%w_]+)="(.-)"') do l[k] = v end
-        out[#out + 1] = { name = name, labels = l, value = tonumber(value) }
-      end
-    end
-    return out
-  end
+  local samples = N.prom_samples   -- the samples of an exposition
 
   -- value of `name` by pid (only the samples whose labels include `match`)
   local function by_pid(list, name, match)

@@ -62,20 +62,7 @@ local function locations()
   return table.concat(l, "\n")
 end
 
--- a Prometheus text's samples: { name=, labels=, value= }
-local function samples(text)
-  local out = {}
-  for line in text:gmatch("[^\n]+") do
-    if not line:find("^#") then
-      local name, labels, value = line:match("^([%w_:]+){(.-)} (%S+)$")
-      assert(name, "not a sample line: " .. line)
-      local l = {}
-      for k, v in labels:gmatch('([%w_]+)="(.-)"') do l[k] = v end
-      out[#out + 1] = { name = name, labels = l, value = tonumber(value) }
-    end
-  end
-  return out
-end
+local samples = N.prom_samples   -- a Prometheus text's samples
 
 -- the pids (numbers) that have a sample of `name`
 local function pids_of(list, name)

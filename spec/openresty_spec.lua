@@ -77,19 +77,7 @@ describe("perf_event.openresty, installed by the rock, in a user's nginx.conf", 
     return sh("curl -s -o /dev/null -w '%{http_code}' --max-time 60 '" .. (b or base) .. path .. "'")
   end
 
-  local function samples(text)
-    local out = {}
-    for line in text:gmatch("[^\n]+") do
-      if not line:find("^#") then
-        local name, labels, value = line:match("^([%w_:]+){(.-)} (%S+)$")
-        assert(name, "not a sample line: " .. line)
-        local l = {}
-        for k, v in labels:gmatch('([%w_]+)="(.-)"') do l[k] = v end
-        out[#out + 1] = { name = name, labels = l, value = tonumber(value) }
-      end
-    end
-    return out
-  end
+  local samples = N.prom_samples
   local function by_pid(list, name, match)
     local t = {}
     for _, s in ipairs(list) do

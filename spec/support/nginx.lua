@@ -151,6 +151,22 @@ function N.clock()
   return tonumber(assert(N.read("/proc/uptime")):match("^[%d.]+"))
 end
 
+--- The samples of a Prometheus text exposition: { {name=, labels={...},
+-- value=n}, ... } (a line that is no sample fails the spec).
+function N.prom_samples(text)
+  local out = {}
+  for line in text:gmatch("[^\n]+") do
+    if not line:find("^#") then
+      local name, labels, value = line:match("^([%w_:]+){(.-)} (%S+)$")
+      assert(name, "not a sample line: " .. line)
+      local l = {}
+      for k, v in labels:gmatch('([%w_]+)="(.-)"') do l[k] = v end
+      out[#out + 1] = { name = name, labels = l, value = tonumber(value) }
+    end
+  end
+  return out
+end
+
 --- QUIT, then TERM, then KILL: true once `pid` is gone.
 function N.kill_wait(pid)
   for _, sig in ipairs({ "QUIT", "TERM", "KILL" }) do
