@@ -155,6 +155,10 @@ describe("perf_event.openresty's routes, VM states and block profiles", function
                        .. "curl -s '%s/debug/pprof/profile?seconds=1&format=folded&by=route'; wait"):format(base, base))
     local rooted = "pid=%d+;route=/a;[^\n]*hot_route_a@"
     assert.truthy(folded:find("\n" .. rooted) or folded:find("^" .. rooted), folded)
+    -- and speedscope's frames
+    local js = sh(("wrk -t1 -c2 -d3s '%s/b' > /dev/null 2>&1 & sleep 0.3; "
+                   .. "curl -s '%s/debug/pprof/profile?seconds=1&format=speedscope&by=route'; wait"):format(base, base))
+    assert.truthy(js:find('"name":"route=/b"', 1, true), js:sub(1, 2000))
   end)
 
   it("labels each sample with the VM state: an allocating route shows three states, GC among them", function()
