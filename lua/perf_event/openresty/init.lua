@@ -148,6 +148,7 @@ function M.init_worker(opts)
   if not c then error(err, 2) end
   conf = c
   pid = ngx.worker.pid()
+  sampler.limit_routes(c.max_routes)
   -- lua-zlib sets a global `zlib`, which nginx warns about in a request
   local okp, pprof = pcall(require, "perf_event.pprof")
   if okp and pprof.gzip_available then pprof.gzip_available() end
@@ -203,8 +204,8 @@ function M.log(route)
   if not conf then return end
   counters.log(route)
   -- the request's samples take its route: the one given, else its path
-  -- (ngx.var.uri: an exact-match location's name)
-  pcall(sampler.route, route or ngx.var.uri)
+  -- (ngx.var.uri: an exact-match location's name), while a profile runs
+  pcall(sampler.route, route)
 end
 
 local function refuse(status, msg)

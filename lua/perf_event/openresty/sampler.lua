@@ -33,10 +33,13 @@ end
 local windows = 0   -- profiles a window of this worker runs (log() names routes while one runs)
 
 --- The route names the samples of requests take: the first `max_routes`
--- names, then "other" (as the metrics' route label).
+-- names, then "other" (as the metrics' route label); `name` nil: the
+-- request's path.
 local route_seen, nroute_seen, max_routes = {}, 0, 16
+function M.limit_routes(n) max_routes = n end
 function M.route(name)
   if not (always or windows > 0) then return end
+  name = name or ngx.var.uri
   if not route_seen[name] then
     if nroute_seen >= max_routes then name = "other"
     else route_seen[name], nroute_seen = true, nroute_seen + 1 end
@@ -47,7 +50,6 @@ end
 --- Starts the always-on sampler of this worker.
 function M.start(opts)
   conf.freq, conf.stacks = opts.freq, opts.stacks
-  max_routes = opts.max_routes or max_routes
   local p, err = start_profile(conf.freq)
   always, always_err = p, err
   if not p then return nil, err end
