@@ -11,7 +11,7 @@
 -- already took (each profile's `_pend`, by request).
 -- @module perf_event.profile.labels
 
-local setmetatable, pairs, ipairs, tostring, require = setmetatable, pairs, ipairs, tostring, require
+local setmetatable, pairs, ipairs, require = setmetatable, pairs, ipairs, require
 
 local M = {}
 
@@ -144,13 +144,6 @@ function M.methods_vmstates(self)
     out[s] = (out[s] or 0) + count
   end)
   return out
-end
-
---- The route names given so far (tests).
-function M.routes()
-  local t = {}
-  for i = 1, nroutes do t[i] = tostring(route_names[i]) end
-  return t
 end
 
 return M
