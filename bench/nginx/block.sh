@@ -28,24 +28,19 @@ ROUNDS=${2:-9}
 CONNS=${3:-16}
 PORT=${PE_BENCH_PORT:-28299}
 [ "$(id -u)" = 0 ] || { echo "bench/nginx/block.sh: needs root (the block profile's worker runs as root)"; exit 2; }
-command -v wrk >/dev/null || { echo "bench/nginx: needs wrk (apt-get install wrk)"; exit 2; }
-command -v nginx >/dev/null || { echo "bench/nginx: needs nginx and libnginx-mod-http-lua"; exit 2; }
-[ -f build/perf_event/core.so ] || { echo "bench/nginx: run 'make' first"; exit 2; }
+. bench/nginx/lib.sh
+bench_needs
 mkdir -p build/bench
 cc -O2 -Wall -Wextra -Werror bench/nginx/switch_c.c -o build/bench/switch_c
 
 T=$(mktemp -d /tmp/pe-bench-block.XXXXXX)
-. bench/nginx/lib.sh
 trap 'nginx_stop "$T/s"; rm -rf "$T"' EXIT INT TERM
-chmod 755 "$T"
-mkdir -p "$T/lua" "$T/lib/perf_event" "$T/s/conf" "$T/s/logs"
-cp -r lua/perf_event "$T/lua/"
-cp build/perf_event/core.so "$T/lib/perf_event/"
+bench_tree "$T"
+mkdir -p "$T/s/conf" "$T/s/logs"
 if [ "$(nproc)" -ge 2 ]; then PIN=''; WCPU=1; WRK="taskset -c 0 wrk"; else PIN='#'; WCPU=0; WRK=wrk; fi
 
 c="$T/s/conf/nginx.conf"
-awk '/^## 2\. The nginx\.conf lines/ { s = 1 } s && /^```nginx/ { f = 1; next } f && /^```/ { exit } f' \
-  doc/openresty.md > "$c"
+doc_snippet "$c"
 change() {   # sed expression, what it must find
   grep -q -- "$2" "$c" || { echo "bench/nginx: doc/openresty.md's snippet has no '$2' any more"; exit 1; }
   sed -i -e "$1" "$c"

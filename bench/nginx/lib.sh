@@ -1,6 +1,30 @@
-# bench/nginx/lib.sh - starting and stopping a bench's nginx, sourced by
-# run.sh and module.sh.  No `ps` (a minimal Debian has none): a worker is
-# found in /proc.
+# bench/nginx/lib.sh - what the nginx benches share, sourced by run.sh,
+# module.sh and block.sh: their prerequisites, the tree their servers load,
+# doc/openresty.md's snippet, starting and stopping an nginx.  No `ps` (a
+# minimal Debian has none): a worker is found in /proc.
+
+# bench_needs: wrk, nginx and the built core, or exit 2 saying which
+bench_needs() {
+  command -v wrk >/dev/null || { echo "bench/nginx: needs wrk (apt-get install wrk)"; exit 2; }
+  command -v nginx >/dev/null || { echo "bench/nginx: needs nginx and libnginx-mod-http-lua"; exit 2; }
+  [ -f build/perf_event/core.so ] || { echo "bench/nginx: run 'make' first"; exit 2; }
+}
+
+# bench_tree DIR: DIR/lua/perf_event and DIR/lib/perf_event/core.so, DIR
+# itself readable by the workers (nobody)
+bench_tree() {
+  chmod 755 "$1"
+  mkdir -p "$1/lua" "$1/lib/perf_event"
+  cp -r lua/perf_event "$1/lua/"
+  cp build/perf_event/core.so "$1/lib/perf_event/"
+}
+
+# doc_snippet FILE: doc/openresty.md's nginx.conf lines (between "```nginx"
+# and "```" under its section 2) into FILE
+doc_snippet() {
+  awk '/^## 2\. The nginx\.conf lines/ { s = 1 } s && /^```nginx/ { f = 1; next } f && /^```/ { exit } f' \
+    doc/openresty.md > "$1"
+}
 
 # nginx_start PREFIX PORT: starts the nginx of PREFIX (its conf/nginx.conf),
 # waits until http://127.0.0.1:PORT/hello answers, and prints the pid of

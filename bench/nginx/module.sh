@@ -51,28 +51,22 @@ ROUNDS=${2:-11}
 CONNS=${3:-16}
 PORT=${PE_BENCH_PORT:-28199}
 P=${PE_BENCH_PATH:-hello}   # or spin: the baseline, null and sampler modes on a Lua-bound request
-command -v wrk >/dev/null || { echo "bench/nginx: needs wrk (apt-get install wrk)"; exit 2; }
-command -v nginx >/dev/null || { echo "bench/nginx: needs nginx and libnginx-mod-http-lua"; exit 2; }
-[ -f build/perf_event/core.so ] || { echo "bench/nginx: run 'make' first"; exit 2; }
+. bench/nginx/lib.sh
+bench_needs
 mkdir -p build/bench
 cc -O2 -Wall -Wextra -Werror bench/read/read_c.c -o build/bench/read_c
 
 T=$(mktemp -d /tmp/pe-bench-mod.XXXXXX)
 SERVERS="a n b"
-. bench/nginx/lib.sh
 stop_all() { for s in $SERVERS; do nginx_stop "$T/$s"; done; }
 trap 'stop_all; rm -rf "$T"' EXIT INT TERM
-chmod 755 "$T"
-mkdir -p "$T/lua" "$T/lib/perf_event"
-cp -r lua/perf_event "$T/lua/"
-cp build/perf_event/core.so "$T/lib/perf_event/"
+bench_tree "$T"
 cp bench/nginx/account.lua "$T/lua/"
 
 if [ "$(nproc)" -ge 2 ]; then PIN=''; WCPU=1; WRK="taskset -c 0 wrk"; else PIN='#'; WCPU=0; WRK=wrk; fi
 
 # the doc's snippet, between "```nginx" and "```" under its section 2
-awk '/^## 2\. The nginx\.conf lines/ { s = 1 } s && /^```nginx/ { f = 1; next } f && /^```/ { exit } f' \
-  doc/openresty.md > "$T/snippet"
+doc_snippet "$T/snippet"
 # each change must apply exactly where the doc has it, or the bench stops
 change() {   # file, sed expression, what it must find
   n=$(grep -c -- "$3" "$1" || true)

@@ -29,18 +29,14 @@ DUR=${1:-3}
 ROUNDS=${2:-7}
 CONNS=${3:-16}
 PORT=${PE_BENCH_PORT:-28099}
-command -v wrk >/dev/null || { echo "bench/nginx: needs wrk (apt-get install wrk)"; exit 2; }
-command -v nginx >/dev/null || { echo "bench/nginx: needs nginx and libnginx-mod-http-lua"; exit 2; }
-[ -f build/perf_event/core.so ] || { echo "bench/nginx: run 'make' first"; exit 2; }
+. bench/nginx/lib.sh
+bench_needs
 
 T=$(mktemp -d /tmp/pe-bench.XXXXXX)
-. bench/nginx/lib.sh
 trap 'nginx_stop "$T"; rm -rf "$T"' EXIT INT TERM
-chmod 755 "$T"
-mkdir -p "$T/lua" "$T/lib/perf_event" "$T/conf" "$T/logs"
-cp -r lua/perf_event "$T/lua/"
+bench_tree "$T"
+mkdir -p "$T/conf" "$T/logs"
 cp bench/nginx/perfreq.lua "$T/lua/"
-cp build/perf_event/core.so "$T/lib/perf_event/"
 chmod -R a+rX "$T"
 
 # With 2+ CPUs the worker runs on CPU 1 and wrk on CPU 0, so the two do not
