@@ -20,18 +20,7 @@ local reason = N.skip_reason("the OpenResty fault test")
 local LAPSE, GRACE, INTERVAL = 3, 3, 1
 
 -- the user's handler: a hot function of their own, in their own file
-local APP = [[
-local M = {}
-local function crunch_numbers(n)
-  local s = 0
-  for i = 1, n do s = (s * 31 + i) % 1000003 end
-  return s
-end
-function M.handler()
-  ngx.say(crunch_numbers(tonumber(ngx.var.arg_n) or 200000))
-end
-return M
-]]
+local APP = N.USER_APP
 
 -- the user's location, 16 routes that opt in, and the spec's probes: the
 -- window's lock and its record, a fill of the dict as the user's own code
@@ -105,6 +94,15 @@ local function serve(dir)
   })
 end
 
+-- a server of the test's own, stopped and removed when the test ends
+-- (the test's one finally)
+local function up()
+  local srv = { dir = N.prepare("faults") }
+  finally(function() N.stop(srv.master) N.remove(srv.dir) end)
+  srv.base, srv.master = serve(srv.dir)
+  return srv
+end
+
 -- a profile request in the background: wait() gives its status, body and
 -- the seconds it took (curl's time_total)
 local function background(dir, url)
@@ -158,11 +156,8 @@ describe("perf_event.openresty under faults", function()
 
   it("a window whose answering worker is killed frees its lock: a new window answers 200 within "
      .. "seconds + 3 s", function()
-    local dir = N.prepare("faults")
-    local master
-    finally(function() N.stop(master) N.remove(dir) end)
-    local base
-    base, master = serve(dir)
+    local srv = up()
+    local dir, base, master = srv.dir, srv.base, srv.master
     local S = 5
     local bg = background(dir, base .. "/debug/pprof/profile?format=folded&seconds=" .. S)
     local holder = running(base, N.clock() + 10)
@@ -179,11 +174,8 @@ describe("perf_event.openresty under faults", function()
 
   it("every worker killed mid-window: the master's new workers take a new window within "
      .. "seconds + 3 s, and answer 200", function()
-    local dir = N.prepare("faults")
-    local master
-    finally(function() N.stop(master) N.remove(dir) end)
-    local base
-    base, master = serve(dir)
+    local srv = up()
+    local dir, base, master = srv.dir, srv.base, srv.master
     local S = 5
     local old = N.workers(master)
     local bg = background(dir, base .. "/debug/pprof/profile?seconds=" .. S)
@@ -200,11 +192,8 @@ describe("perf_event.openresty under faults", function()
 
   it("a worker killed while it takes part: the window answers 200 from the others, within its "
      .. "seconds + 3 s, and the next window is taken at once", function()
-    local dir = N.prepare("faults")
-    local master
-    finally(function() N.stop(master) N.remove(dir) end)
-    local base
-    base, master = serve(dir)
+    local srv = up()
+    local dir, base, master = srv.dir, srv.base, srv.master
     local S = 3
     local bg = background(dir, base .. "/debug/pprof/profile?format=folded&seconds=" .. S)
     local holder = running(base, N.clock() + 10)
@@ -219,11 +208,8 @@ describe("perf_event.openresty under faults", function()
   end)
 
   it("a window of seconds=0.01 answers 200, in every format and for one worker", function()
-    local dir = N.prepare("faults")
-    local master
-    finally(function() N.stop(master) N.remove(dir) end)
-    local base
-    base, master = serve(dir)
+    local srv = up()
+    local base, master = srv.base, srv.master
     for _, q in ipairs({ "", "&format=folded", "&format=speedscope" }) do
       for _ = 1, 3 do
         local code, body = fetch(base .. "/debug/pprof/profile?seconds=0.01" .. q)
@@ -237,11 +223,8 @@ describe("perf_event.openresty under faults", function()
   end)
 
   it("a full shared dict: every format answers 503 naming every worker; once emptied, 200", function()
-    local dir = N.prepare("faults")
-    local master
-    finally(function() N.stop(master) N.remove(dir) end)
-    local base
-    base, master = serve(dir)
+    local srv = up()
+    local base, master = srv.base, srv.master
     local ws = N.workers(master)
     local code, body = fetch(base .. "/probe/fill")
     assert.equal("200", code, body)
@@ -259,11 +242,8 @@ describe("perf_event.openresty under faults", function()
 
   it("a dict that fills while the window runs: every format answers 503 naming the workers whose "
      .. "part did not fit", function()
-    local dir = N.prepare("faults")
-    local master
-    finally(function() N.stop(master) N.remove(dir) end)
-    local base
-    base, master = serve(dir)
+    local srv = up()
+    local dir, base, master = srv.dir, srv.base, srv.master
     for _, q in ipairs({ "", "&format=folded", "&format=speedscope" }) do
       -- the fill must end before the window does (the parts are written at
       -- its end): a window that ended first is not a case, and runs again longer
@@ -295,11 +275,8 @@ describe("perf_event.openresty under faults", function()
   end)
 
   it("/metrics with a full dict keeps every worker's own figures, and passes promtool", function()
-    local dir = N.prepare("faults")
-    local master
-    finally(function() N.stop(master) N.remove(dir) end)
-    local base
-    base, master = serve(dir)
+    local srv = up()
+    local dir, base, master = srv.dir, srv.base, srv.master
     local ws = N.workers(master)
     local code, body = fetch(base .. "/probe/fill")
     assert.equal("200", code, body)

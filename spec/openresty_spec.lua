@@ -16,18 +16,7 @@ local reason = N.skip_reason("the OpenResty module test")
 if not reason and not have("luarocks") then reason = "needs luarocks (tools/setup installs it)" end
 
 -- the user's handler: a hot function of their own, in their own file
-local APP = [[
-local M = {}
-local function crunch_numbers(n)
-  local s = 0
-  for i = 1, n do s = (s * 31 + i) % 1000003 end
-  return s
-end
-function M.handler()
-  ngx.say(crunch_numbers(tonumber(ngx.var.arg_n) or 200000))
-end
-return M
-]]
+local APP = N.USER_APP
 
 -- nginx's processes under /proc (no `ps` on a minimal Debian): the
 -- children of `master` as { pid=, uid=, fds=, perf=, sockets= }: the fds

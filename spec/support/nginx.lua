@@ -9,6 +9,21 @@ local N = {}
 
 N.MODULE = "/usr/lib/nginx/modules/ngx_http_lua_module.so"
 
+--- The user's handler module of the OpenResty specs (myapp.lua): a hot
+-- function of their own, in their own file.
+N.USER_APP = [[
+local M = {}
+local function crunch_numbers(n)
+  local s = 0
+  for i = 1, n do s = (s * 31 + i) % 1000003 end
+  return s
+end
+function M.handler()
+  ngx.say(crunch_numbers(tonumber(ngx.var.arg_n) or 200000))
+end
+return M
+]]
+
 -- output (stderr too), whether it exited 0, and its exit code
 function N.sh(cmd)
   local out, code = U.run("(" .. cmd .. ") 2>&1")
