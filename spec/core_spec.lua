@@ -146,7 +146,21 @@ describe("breakpoints", function()
   -- a count off the exact one is tried again, 5 tries at most; the event is
   -- closed after every try (a leaked one holds one of the 4 slots).
   -- try(ev) -> counts (a string), before its accesses ran under trapped
+  -- Some hypervisors (Firecracker on Linux 6.18) keep the debug registers
+  -- from their guests: a breakpoint opens and counts nothing, with no
+  -- trap. petest.bp_probe (the bare syscall, not the binding) tells; the
+  -- counting tests skip then, saying what it saw.
+  local probed
+  local function need_debug_registers()
+    if probed == nil then probed = { petest.bp_probe() } end
+    local n, errno = probed[1], probed[2]
+    U.need(n ~= 0, "this machine's debug registers do not fire: a W breakpoint opened by the bare "
+      .. "syscall (spec/support/petest.c) counted 0 of 10 writes")
+    assert(n, "the bare syscall refused a W breakpoint: errno " .. tostring(errno))
+  end
+
   local function exact(spec, want, try)
+    need_debug_registers()
     local log = {}
     for _ = 1, 5 do
       local ev = assert(pe.open(spec))
