@@ -381,8 +381,7 @@ describe("pe.profile on PUC Lua (hook mode)", function()
   end)
 
   it("any rate finishes: a clock above 10 kHz is sampled at 10 kHz, and p.rate_note says so", function()
-    -- 19x slower at 50 kHz, and 100 kHz never finished, before the cap;
-    -- about 1.5x with it
+    -- 19x slower at 50 kHz, and 100 kHz never finished, before the cap
     U.check_rate_cap(start, function() return alpha(4e5) end, function(p)
       local ok, why = stats.at_least("samples with their stack", p.nhooked, p.nsamples, 0.9)
       assert.is_true(p.nsamples > 0 and ok, why)

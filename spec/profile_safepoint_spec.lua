@@ -522,7 +522,7 @@ describe_jit("pe.profile safe-point stacks (LuaJIT)", function()
   end)
 
   it("any rate finishes: a clock above 10 kHz is sampled at 10 kHz with stacks, and p.rate_note says so", function()
-    -- 18x slower at 100 kHz (leaf frames only) before the cap, 1.4x with it
+    -- 18x slower at 100 kHz (leaf frames only) before the cap
     U.check_rate_cap(function(o) return assert(pe.profile.start(o)) end, function() return sp_lua(3e6) end,
       function(p)
         assert.equal("safepoint", p.walk)
