@@ -87,6 +87,7 @@ describe("pe.profile.start's options", function()
       { "perfmap", 1, "boolean", "number" }, { "keep", "false", "boolean", "string" },
       { "event", 5, "string", "number" }, { "event", { "cpu-clock" }, "string", "table" },
       { "hook", true, "string", "boolean" }, { "sigtrap", 1, "boolean", "number" },
+      { "kernel", "no", "boolean", "string" },
     }
     for _, c in ipairs(cases) do
       assert.are.equal(("%soption '%s' must be a %s, got %s"):format(P, c[1], c[3], c[4]), raises({ [c[1]] = c[2] }))
@@ -116,14 +117,14 @@ describe("pe.profile.start's options", function()
     assert.are.equal(unknown("hook_cont", "hook_count"), raises({ hook_cont = 10 }))
     -- a valid value does not excuse a wrong name
     assert.are.equal(unknown("stak", "stack"), raises({ freq = 99, stak = 0 }))
-    local all = "block, depth, event, freq, hook, hook_count, hook_leaf, hook_slots, keep, lj_mode, lua, pages, "
-                .. "perfmap, period, sigtrap, stack, stacks, walk"
+    local all = "block, depth, event, freq, hook, hook_count, hook_leaf, hook_slots, keep, kernel, lj_mode, lua, "
+                .. "pages, perfmap, period, sigtrap, stack, stacks, walk"
     assert.are.equal(P .. "unknown option 'bogus' (options: " .. all .. ")", raises({ bogus = 1 }))
     assert.are.equal(P .. "unknown option '1' (options: " .. all .. ")", raises({ "cpu-clock" }))
   end)
 
-  -- user-space work for `secs` of CPU time by os.clock (the samples exclude
-  -- the kernel, where os.clock's own calls run); returns the time taken
+  -- user-space work for `secs` of CPU time by os.clock (os.clock's own
+  -- calls run in the kernel); returns the time taken
   local function burn(secs)
     local t0, s = os.clock(), 0
     repeat

@@ -35,13 +35,17 @@ void ls_queue(ls_sq *q, uint64_t t, uint64_t ip)
 
 /* how many samples the record of a signal whose handler ran at time, at
  * ip, stands for (see ls_l_take): it takes the queued samples taken before
- * it; the ones at its ip are its own (q->matched counts the records that
- * found one); at least 1 */
+ * it; the ones at its ip are its own, and so are those in the kernel (the
+ * upper half: the thread was in a system call or a fault, whose return to
+ * user space is where the one pending signal came, at the user ip the
+ * kernel went back to) (q->matched counts the records that found one); at
+ * least 1 */
 uint32_t ls_cover(ls_sq *q, uint64_t time, uint64_t ip)
 {
   uint32_t w = 0;
   while (q->tail != q->head && q->t[q->tail % LS_SLOTS] <= time) {
-    if (q->ip[q->tail % LS_SLOTS] == ip) w++;
+    uint64_t at = q->ip[q->tail % LS_SLOTS];
+    if (at == ip || at >> 63) w++;
     q->tail++;
   }
   if (w) q->matched++;

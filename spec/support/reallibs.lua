@@ -2,8 +2,10 @@
 -- lua-messagepack, lua-cosmo, lua-penlight, lua-cjson), each called from a
 -- top-level function of its own, in rounds under pe.profile; prints, per
 -- workload, its os.clock time and the samples whose stack holds its
--- function, then the samples in all and those without a Lua frame:
+-- function, then the samples in all and those without a Lua frame (each
+-- such stack also on a line of its own, for the spec's message):
 --   w NAME SECONDS SAMPLES
+--   kernel yes | kernel WHY-NOT   (whether the profile samples kernel time)
 --   total SAMPLES NOLUA
 -- Run by spec/profile_reallibs_spec.lua:  INTERP reallibs.lua BUILD SECONDS
 local build, seconds = arg[1], tonumber(arg[2]) or 2
@@ -129,9 +131,15 @@ for _, e in ipairs(p:aggregate({ lines = false })) do
       end
     end
   end
-  if not lua then nolua = nolua + e.count end
+  if not lua then
+    nolua = nolua + e.count
+    local t = {}
+    for _, fr in ipairs(e.frames) do t[#t + 1] = tostring(fr.c) .. "@" .. tostring(fr.module) end
+    io.write("nolua ", e.count, " ", table.concat(t, ";"), "\n")
+  end
 end
 for _, name in ipairs(order) do
   io.write(("w %s %.6f %d\n"):format(name, spent[name], hits[name]))
 end
+io.write(("kernel %s\n"):format(p.kernel and "yes" or tostring(p.kernel_reason)))
 io.write(("total %d %d\n"):format(total, nolua))

@@ -101,6 +101,27 @@ end
 local vmevent = require("perf_event.vmevent")
 local subscribe, unsubscribe = vmevent.subscribe, vmevent.unsubscribe
 
+-- Time the thread spends in the kernel on its own behalf (system calls,
+-- page faults, the JIT's mprotect) is sampled where the kernel allows it
+-- (root, CAP_PERFMON, perf_event_paranoid <= 1), as os.clock and jit.p
+-- count it; elsewhere the core's retry on EACCES (perf's own fallback)
+-- leaves user time only. kernel=false asks for user time only.
+local function user_only(spec, opts)
+  if opts.kernel == false then spec.exclude_kernel, spec.exclude_hv = true, true end
+end
+
+-- p.kernel: whether the event samples kernel time; p.kernel_reason: why not
+local function kernel_seen(p, ev, opts)
+  local a = ev:attr()
+  p.kernel = not a.exclude_kernel
+  if p.kernel then p.kernel_reason = nil
+  elseif opts.kernel == false then p.kernel_reason = "kernel=false"
+  else
+    p.kernel_reason = "the kernel refused to sample its own code to this process (perf_event_paranoid "
+      .. "above 1 without CAP_PERFMON): user time only"
+  end
+end
+
 -- the default on LuaJIT: stacks taken at a safe point through LuaJIT's
 -- profiler hook (profile/safepoint.lua, csrc/luasafe.c).
 -- Returns the started profile; or false, why (the caller falls back to C
@@ -132,8 +153,9 @@ local function start_safepoint(p, opts)
   -- sample makes it send the fd's signal (F_SETSIG), and on a 2-vCPU VM
   -- that wakeup costs ~10 us a sample (an interrupt of its own)
   -- (disabled until armed: a SIGTRAP before its handler ends the process)
-  local spec = { event = p.event, exclude_kernel = true, exclude_hv = true, disabled = true,
+  local spec = { event = p.event, disabled = true,
                  use_clockid = true, clockid = "monotonic", sample_type = "ip|tid|time" }
+  user_only(spec, opts)
   if p.block then
     -- every switch of this thread is a sample, and each comes with its
     -- switch records (their times): the kernel counts a switch in its own
@@ -178,6 +200,7 @@ local function start_safepoint(p, opts)
   end
   if not ev then p.err = err return nil end
   p.ev, p.sigtrap = ev, trap ~= nil
+  kernel_seen(p, ev, opts)
   p.helpers = { proto_info = naming.proto_info, builtins = M.builtins, frame_name = naming.frame_name,
                 addr_of = raw.addr_of }
   local ok, why = safepoint.arm(p, opts.lj_mode, trap)
@@ -247,6 +270,12 @@ end
 --   safe point and the kernel's sigtrap only, perf_event_paranoid <= 1 or
 --   CAP_PERFMON, aggregated as `keep=false`; none of event, freq, period,
 --   keep=true, stacks=false, lua=false with it),
+--   `kernel` (boolean; false: user time only. By default time in the
+--   kernel on the thread's behalf (system calls, page faults) is sampled
+--   too, as os.clock counts it, where the kernel allows that (root,
+--   CAP_PERFMON, perf_event_paranoid <= 1); elsewhere the profile holds
+--   user time only. `p.kernel` says which, `p.kernel_reason` why not;
+--   a sample taken in the kernel has the leaf frame `[kernel]`),
 --   `stack` (integer >= 0: taken, not used);
 --   on PUC Lua `hook` ("signal", the default on 5.2+, or "count", the
 --   default on 5.1), `hook_count` (1..1e9 instructions: 1000), `hook_slots`
@@ -332,8 +361,9 @@ function M.start(opts)
   if jit then p.stacks_reason = reason end
   -- (disabled until start's end: the hook's set-up, tens of ms at times,
   -- is not the program's)
-  local spec = { event = p.event, exclude_kernel = true, exclude_hv = true, disabled = true,
-                 use_clockid = true, clockid = "monotonic", sample_type = "ip|tid|time" }
+  local spec = { event = p.event, disabled = true, use_clockid = true, clockid = "monotonic",
+                 sample_type = "ip|tid|time" }
+  user_only(spec, opts)
   if mode == "hook" then
     spec.wakeup_events = 1     -- a wakeup, so a signal, for every sample
   end
@@ -346,6 +376,7 @@ function M.start(opts)
   end
   if not ev then perfmap_stop(p) return nil, err end
   p.ev = ev
+  kernel_seen(p, ev, opts)
   if mode == "hook" then hook.hook_start(p, LP, opts) end
   p.running = true
   -- what an exporter needs to know (pprof's period, time and duration)

@@ -126,7 +126,10 @@ end
 
 -- a sample without a label: what its frames tell (PUC Lua, C leaf frames)
 local function state_of(frames)
-  local f = frames[#frames]
+  local n = #frames
+  local f = frames[n]
+  -- (the kernel works on behalf of the frame under it)
+  if f and f.module == "[kernel]" then f = frames[n - 1] end
   if not f then return "c" end
   return f.lua and "interpreted" or "c"
 end

@@ -81,6 +81,7 @@ M.OPTIONS = {
   lj_mode = { "string", one_of("l", "f") },
   sigtrap = { "boolean" },
   block = { "boolean" },
+  kernel = { "boolean" },
 }
 
 local NAMES = {}

@@ -22,11 +22,14 @@ local function core_private()
 end
 
 --- A sample's C leaf: its IP named from the ELF symbols (a stripped
--- library's unnamed address as `[module]`), as a list of one frame.
+-- library's unnamed address as `[module]`, the kernel's as `[kernel]`),
+-- as a list of one frame.
 function Profile:_leaf(rec)
   local ip = tonumber(rec.ip)
-  local name, _, module = self.sym:lookup(ip)
-  if module and name:find("+0x", 1, true) then name = "[" .. module .. "]" end
+  -- (the record's own value: a kernel address is past a double's precision)
+  local name, _, module = self.sym:lookup(rec.ip)
+  if module == "[kernel]" then name = module
+  elseif module and name:find("+0x", 1, true) then name = "[" .. module .. "]" end
   return { { c = name, addr = ip, module = module } }
 end
 
