@@ -119,12 +119,15 @@ describe("spec/support/stats.lua", function()
     assert.same({ "r1", 2 }, { a, b })
     assert.is_number(S.last.wall)
     -- a limit no window meets: each try taken, discarded, then a failure
-    local discarded, tries = 0, 0
+    local discarded, tries, retakes = 0, 0, #S.retakes
     local ok, err = pcall(S.measure, function(try) tries = try return try end,
-      { max_steal = -1, tries = 3, what = "the window", discard = function() discarded = discarded + 1 end })
+      { max_steal = -1, tries = 3, what = "the window", quiet = true,
+        discard = function() discarded = discarded + 1 end })
     assert.is_false(ok)
     assert.equal(3, tries)
     assert.equal(3, discarded)
+    assert.equal(retakes + 3, #S.retakes)
+    assert.matches("^the window: try 3: ", S.retakes[#S.retakes])
     assert.matches("the window: every one of 3 tries lost more than %-100.0%% of a CPU's time", err)
     assert.matches("try 1: .* steal .*run delay .*; try 2: .*; try 3: ", err)
     -- what a window lost, from two snapshots

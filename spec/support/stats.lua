@@ -371,7 +371,8 @@ S.retakes = {}
 -- time alone); a spoiled window is taken again (opts.discard(...) gets its
 -- results first, e.g. to close a profile), up to opts.tries (S.TRIES) in
 -- all, then the test fails naming each try's steal and delay. opts.what
--- names the window. S.last holds the kept window's losses.
+-- names the window; opts.quiet: no line on stderr for a retake (S.retakes
+-- still has it). S.last holds the kept window's losses.
 function S.measure(fn, opts)
   opts = opts or {}
   local tries = opts.tries or S.TRIES
@@ -397,7 +398,9 @@ function S.measure(fn, opts)
     local line = fmt("try %d: %s", try, describe(w))
     seen[#seen + 1] = line
     S.retakes[#S.retakes + 1] = what .. ": " .. line
-    io.stderr:write(fmt("[stats] %s spoiled by %s, taken again: %s\n", what, table.concat(spoiled, " and "), line))
+    if not opts.quiet then
+      io.stderr:write(fmt("[stats] %s spoiled by %s, taken again: %s\n", what, table.concat(spoiled, " and "), line))
+    end
     if opts.discard then opts.discard(unpack(r, 1, r.n)) end
   end
   error(fmt("%s: every one of %d tries lost more than %s of a CPU's time to the hypervisor's "

@@ -105,9 +105,12 @@ local subscribe, unsubscribe = vmevent.subscribe, vmevent.unsubscribe
 -- page faults, the JIT's mprotect) is sampled where the kernel allows it
 -- (root, CAP_PERFMON, perf_event_paranoid <= 1), as os.clock and jit.p
 -- count it; elsewhere the core's retry on EACCES (perf's own fallback)
--- leaves user time only. kernel=false asks for user time only.
+-- leaves user time only. kernel=false asks for user time only; kernel=true
+-- for kernel time or nothing (an explicit field: no retry, the kernel's
+-- refusal comes back as nil, err).
 local function user_only(spec, opts)
-  if opts.kernel == false then spec.exclude_kernel, spec.exclude_hv = true, true end
+  if opts.kernel == false then spec.exclude_kernel, spec.exclude_hv = true, true
+  elseif opts.kernel == true then spec.exclude_kernel = false end
 end
 
 -- p.kernel: whether the event samples kernel time; p.kernel_reason: why not
@@ -269,13 +272,15 @@ end
 --   thread giving up its CPU (not preempted) under Lua frames; LuaJIT's
 --   safe point and the kernel's sigtrap only, perf_event_paranoid <= 1 or
 --   CAP_PERFMON, aggregated as `keep=false`; none of event, freq, period,
---   keep=true, stacks=false, lua=false with it),
---   `kernel` (boolean; false: user time only. By default time in the
---   kernel on the thread's behalf (system calls, page faults) is sampled
---   too, as os.clock counts it, where the kernel allows that (root,
---   CAP_PERFMON, perf_event_paranoid <= 1); elsewhere the profile holds
---   user time only. `p.kernel` says which, `p.kernel_reason` why not;
---   a sample taken in the kernel has the leaf frame `[kernel]`),
+--   keep=true, stacks=false, lua=false, kernel=false with it),
+--   `kernel` (boolean; by default time in the kernel on the thread's
+--   behalf (system calls, page faults) is sampled too, as os.clock counts
+--   it, where the kernel allows that (root, CAP_PERFMON,
+--   perf_event_paranoid <= 1), and elsewhere the profile holds user time
+--   only; false: user time only; true: kernel time too or `nil, err`.
+--   `p.kernel` says which, `p.kernel_reason` why not. A sample taken in
+--   the kernel has the leaf `[kernel]` with C leaf frames and on PUC Lua;
+--   on LuaJIT's safe point, the C function that entered the kernel),
 --   `stack` (integer >= 0: taken, not used);
 --   on PUC Lua `hook` ("signal", the default on 5.2+, or "count", the
 --   default on 5.1), `hook_count` (1..1e9 instructions: 1000), `hook_slots`
@@ -299,9 +304,10 @@ function M.start(opts)
   local p = setmetatable({ event = opts.event or "cpu-clock", nsamples = 0, lost = 0,
                            stacks = false, running = false, samples = {} }, Profile)
   if opts.block then
-    if opts.event or opts.freq or opts.period or opts.keep == true or opts.stacks == false or opts.lua == false then
-      error("profile.start: option 'block' takes none of event, freq, period, keep=true, stacks=false, lua=false",
-            2)
+    if opts.event or opts.freq or opts.period or opts.keep == true or opts.stacks == false or opts.lua == false
+       or opts.kernel == false then
+      error("profile.start: option 'block' takes none of event, freq, period, keep=true, stacks=false, lua=false, "
+            .. "kernel=false", 2)
     end
     if not jit then return nil, "a block profile needs LuaJIT's safe point (PUC Lua has no way to it)" end
     p.event, p.block, p.unit = "context-switches", true, "nanoseconds"

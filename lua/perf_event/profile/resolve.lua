@@ -25,11 +25,12 @@ end
 -- library's unnamed address as `[module]`, the kernel's as `[kernel]`),
 -- as a list of one frame.
 function Profile:_leaf(rec)
-  local ip = tonumber(rec.ip)
-  -- (the record's own value: a kernel address is past a double's precision)
+  -- (the record's own value: a kernel address is past a double's
+  -- precision, and its frame has none)
   local name, _, module = self.sym:lookup(rec.ip)
-  if module == "[kernel]" then name = module
-  elseif module and name:find("+0x", 1, true) then name = "[" .. module .. "]" end
+  if module == "[kernel]" then return { { c = module, module = module } } end
+  local ip = tonumber(rec.ip)
+  if module and name:find("+0x", 1, true) then name = "[" .. module .. "]" end
   return { { c = name, addr = ip, module = module } }
 end
 
