@@ -3,7 +3,7 @@
 -- own, from which `require("perf_event")` and `luaperf` work.
 local U = require("support.util")
 
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local q = U.shell_quote
 local sh = U.run
 
 local VERSION = "0.1.0"

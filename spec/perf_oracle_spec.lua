@@ -10,7 +10,7 @@ local U = require("support.util")
 
 local function sh(cmd) return U.sh(cmd .. " 2>&1") end
 
-local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local quote = U.shell_quote
 
 local have_perf = sh("env -u LD_PRELOAD perf --version"):match("^perf version") ~= nil
 local tmpdata = os.tmpname()

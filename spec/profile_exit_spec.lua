@@ -69,7 +69,7 @@ end
 local read = U.read
 
 -- the shell quoting of s
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local q = U.shell_quote
 
 -- a private directory, removed with everything in it by `finally`
 local function tmpdir()

@@ -11,7 +11,7 @@ local U = require("support.util")
 local suite = os.getenv("PE_SUITE") or (jit and "luajit" or _VERSION:gsub("Lua ", "lua"))
 local asan = suite == "asan"
 
-local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local q = U.shell_quote
 
 -- runs a shell command without the ASan preload; returns stdout+stderr, exit code
 local function sh(cmd)

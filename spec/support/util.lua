@@ -298,6 +298,25 @@ function U.sorted_keys(t)
   return out
 end
 
+--- s (tostring'd) as one word for sh: in single quotes
+function U.shell_quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+--- runs `luajit -e code` as nobody (setpriv; the caller is root) with
+-- this checkout's Lua and core, and returns its stdout and stderr; skips
+-- the test when nobody cannot read the checkout (an EACCES the code
+-- prints is the kernel's, not that)
+function U.luajit_as_nobody(code)
+  local out = U.sh("setpriv --reuid=65534 --regid=65534 --clear-groups env LUA_PATH='lua/?.lua;lua/?/init.lua;;' "
+                   .. "LUA_CPATH='build/?.so;;' luajit -e " .. U.shell_quote(code) .. " 2>&1")
+  if out:find("module 'perf_event' not found", 1, true) or out:find("Permission denied", 1, true)
+     and not out:find("EACCES", 1, true) then
+    U.pending("the checkout is not readable by nobody here: " .. out:match("[^\n]*"))
+  end
+  return out
+end
+
 --- whether the file at path can be opened for reading
 function U.readable(path)
   local f = io.open(path, "r")
