@@ -50,7 +50,7 @@ local function start(mode, as)
   t.pid = tonumber(U.sh("sh -c '" .. (as or "") .. "luajit " .. TARGET .. " " .. mode .. " > " .. t.out
                         .. " 2>&1 0<> " .. dir .. "/in & echo $!'"))
   t.w = assert(io.open(dir .. "/in", "w"))
-  if mode == "interp" or mode == "jit" or mode == "alloc" then
+  if mode == "interp" or mode == "jit" or mode == "alloc" or mode == "calls" then
     U.sh("sleep 0.3")   -- (its loop running, compiled in mode jit)
   else
     wait_until("the target's ready", function() return (U.read(t.out) or ""):find("ready\n", 1, true) end)
@@ -174,6 +174,48 @@ describe("luaperf dump --lua -p PID", function()
       if mode == "jit" then assert.is_true(compiled > 0, "no dump in a trace: " .. table.concat(states, ", ")) end
     end)
   end
+
+  -- a stop inside the interpreter's call or return sequence finds the
+  -- frames half rebuilt (BC_RET writes the result over the function's slot
+  -- before it moves BASE down). Stepped through every instruction of a
+  -- call-and-return loop in turn: the registers' own walk is torn at some
+  -- of them (the window is there and is reached), and the dump's walk,
+  -- which steps the thread on until the frames are whole, is a prefix of
+  -- the one call path at every one
+  it("steps a target stopped mid-return on to whole frames, at every instruction of a call loop", function()
+    local t = start("calls")
+    t.kill = true
+    finally(function() finish(t) end)
+    local R = require("perf_event.remote")
+    local P = require("perf_event.core")._private
+    local st = assert(R.vms(t.pid))[1]
+    local name = R.namer(t.pid, st)
+    local path = { at("main", "main_calls"), at("caller"), ("tiny@%s:%d"):format(TARGET, LINES.caller - 1) }
+    local regs = assert(P.ljr_stop(t.pid))
+    local held = true
+    finally(function() if held then P.ljr_detach(t.pid) end end)
+    local torn, in_tiny, max_steps = 0, 0, 0
+    for _ = 1, 1500 do
+      local raw = P.ljr_walk(t.pid, st, regs)
+      if raw.truncated then torn = torn + 1 end
+      local w, steps, r, sig = R._whole_walk(t.pid, st, t.pid, regs)
+      assert.is_nil(sig)
+      max_steps = math.max(max_steps, steps)
+      local fr = name(w.frames)
+      assert.is_false(w.truncated, table.concat(fr, "\n"))
+      table.remove(fr, 1)   -- (the host's [C] entry)
+      assert.is_true(#fr == 2 or #fr == 3, table.concat(fr, "\n"))
+      for i, f in ipairs(fr) do assert.equal(path[i], f) end
+      if #fr == 3 then in_tiny = in_tiny + 1 end
+      regs = assert(P.ljr_step(t.pid))
+      assert.equal(r.r14, regs.r14)   -- (still the interpreter: DISPATCH in r14)
+    end
+    held = false
+    assert(P.ljr_detach(t.pid))
+    assert.is_true(torn > 0, "no instruction of the loop tore the frames")
+    assert.is_true(in_tiny > 0, "no instruction in tiny")
+    assert.is_true(max_steps > 0 and max_steps < 64, tostring(max_steps))
+  end)
 
   it("reads an allocating target's state and stack while its GC runs, 20 times", function()
     local t = start("alloc")

@@ -23,7 +23,9 @@
  *                                        checked
  *   _private.ljr_stop(tid)            -> regs {rip=, rsp=, rbx=, rdx=,
  *                                        r14=} | nil, why, errno
- *   _private.ljr_detach(tid)          -> true | nil, why, errno
+ *   _private.ljr_step(tid)            -> regs one instruction on | nil,
+ *                                        why, errno [, signal]
+ *   _private.ljr_detach(tid [, sig])  -> true | nil, why, errno
  *
  * Addresses are Lua numbers (47 bits: exact in a double).
  */
@@ -32,6 +34,7 @@
 #include <sys/ptrace.h>
 #include <sys/user.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <stdlib.h>
 
 #ifdef __x86_64__
@@ -634,6 +637,19 @@ static int ljr_fail(lua_State *L, const char *what, int err)
   return 3;
 }
 
+/* the registers the walk reads, as a table */
+static int ljr_regs(lua_State *L, const struct user_regs_struct *r)
+{
+  lua_createtable(L, 0, 6);
+  ljr_setnum(L, "rip", r->rip);
+  ljr_setnum(L, "rsp", r->rsp);
+  ljr_setnum(L, "rbx", r->rbx);
+  ljr_setnum(L, "rdx", r->rdx);
+  ljr_setnum(L, "r14", r->r14);
+  ljr_setnum(L, "r15", r->r15);
+  return 1;
+}
+
 /* ljr_stop(tid): seized and interrupted (PTRACE_SEIZE, PTRACE_INTERRUPT:
  * no signal sent to the process), its registers once it stopped */
 static int l_stop(lua_State *L)
@@ -660,27 +676,50 @@ static int l_stop(lua_State *L)
     ptrace(PTRACE_DETACH, tid, NULL, NULL);
     return ljr_fail(L, "ptrace(PTRACE_GETREGS)", err);
   }
-  lua_createtable(L, 0, 6);
-  ljr_setnum(L, "rip", r.rip);
-  ljr_setnum(L, "rsp", r.rsp);
-  ljr_setnum(L, "rbx", r.rbx);
-  ljr_setnum(L, "rdx", r.rdx);
-  ljr_setnum(L, "r14", r.r14);
-  ljr_setnum(L, "r15", r.r15);
-  return 1;
+  return ljr_regs(L, &r);
 }
 
+/* ljr_step(tid): a stopped thread one instruction further
+ * (PTRACE_SINGLESTEP), its registers; nil, why, errno [, signal] when it
+ * did not get there: a signal that arrived meanwhile is the fourth value,
+ * for ljr_detach to hand over. The thread is still held, except when it
+ * ended */
+static int l_step(lua_State *L)
+{
+  pid_t tid = ljr_pid(L, 1);
+  struct user_regs_struct r;
+  siginfo_t si;
+  int status;
+  if (ptrace(PTRACE_SINGLESTEP, tid, NULL, NULL) < 0) return ljr_fail(L, "ptrace(PTRACE_SINGLESTEP)", errno);
+  while (waitpid(tid, &status, __WALL) < 0)
+    if (errno != EINTR) return ljr_fail(L, "waitpid", errno);
+  if (!WIFSTOPPED(status)) return ljr_fail(L, "the thread ended", ESRCH);
+  /* the step's own trap is a SIGTRAP the kernel made (si_code > 0); a
+   * signal sent meanwhile, or a group stop, ends the stepping */
+  if (status >> 8 != SIGTRAP || ptrace(PTRACE_GETSIGINFO, tid, NULL, &si) < 0 || si.si_code <= 0) {
+    ljr_fail(L, "a signal arrived while stepping", EINTR);
+    lua_pushinteger(L, status >> 16 == 0 ? WSTOPSIG(status) : 0);
+    return 4;
+  }
+  if (ptrace(PTRACE_GETREGS, tid, NULL, &r) < 0) return ljr_fail(L, "ptrace(PTRACE_GETREGS)", errno);
+  return ljr_regs(L, &r);
+}
+
+/* ljr_detach(tid [, signal]): the thread let go, with the signal that
+ * arrived while it was held */
 static int l_detach(lua_State *L)
 {
   pid_t tid = ljr_pid(L, 1);
-  if (ptrace(PTRACE_DETACH, tid, NULL, NULL) < 0) return ljr_fail(L, "ptrace(PTRACE_DETACH)", errno);
+  long sig = (long)luaL_optinteger(L, 2, 0);
+  if (sig < 0 || sig > 64) return luaL_argerror(L, 2, "not a signal");
+  if (ptrace(PTRACE_DETACH, tid, NULL, (void *)sig) < 0) return ljr_fail(L, "ptrace(PTRACE_DETACH)", errno);
   lua_pushboolean(L, 1);
   return 1;
 }
 
 #define LJR_FUNCS                                                                         \
   {"ljr_find", l_find}, {"ljr_state", l_state}, {"ljr_walk", l_walk}, {"ljr_fields", l_fields}, \
-  {"ljr_stop", l_stop}, {"ljr_detach", l_detach}, {"ljr_env", l_env}, \
+  {"ljr_stop", l_stop}, {"ljr_step", l_step}, {"ljr_detach", l_detach}, {"ljr_env", l_env}, \
   {"ljr_ffid", l_ffid}, {"ljr_chain", l_chain}
 
 #else
@@ -693,7 +732,7 @@ static int l_none(lua_State *L)
 }
 #define LJR_FUNCS                                                                            \
   {"ljr_find", l_none}, {"ljr_state", l_none}, {"ljr_walk", l_none}, {"ljr_fields", l_none}, \
-  {"ljr_stop", l_none}, {"ljr_detach", l_none}, {"ljr_env", l_none}, \
+  {"ljr_stop", l_none}, {"ljr_step", l_none}, {"ljr_detach", l_none}, {"ljr_env", l_none}, \
   {"ljr_ffid", l_none}, {"ljr_chain", l_none}
 
 #endif

@@ -221,12 +221,35 @@ local function thread_of(st, tids, regs, pid)
   return pid
 end
 
+local MAX_FRAMES = 256   -- frames ljr_walk reads at most (LJR_MAXF)
+local MAX_STEPS = 64     -- instructions a thread is stepped to whole frames
+
+-- The walk of VM st's running thread, tid held stopped with registers
+-- regs (nil: nonblocking): w, the instructions stepped, tid's registers
+-- then, and a signal that arrived while stepping (for ljr_detach).
+-- Stopped inside the interpreter in the middle of a call or a return, the
+-- frames are half rebuilt (BC_RET writes the result over the function's
+-- slot before it moves BASE down): the thread goes on one instruction at a
+-- time while it stays in the interpreter (never into C, where a system
+-- call could block), until they are whole.
+function M._whole_walk(pid, st, tid, regs)
+  local w, steps = P.ljr_walk(pid, st, regs), 0
+  while regs and w.truncated and w.how == "registers" and #w.frames < MAX_FRAMES and steps < MAX_STEPS do
+    local r, _, _, sig = P.ljr_step(tid)
+    if not r then return w, steps, regs, sig or 0 end
+    regs, steps = r, steps + 1
+    w = P.ljr_walk(pid, st, r)
+  end
+  return w, steps, regs, nil
+end
+
 --- Each thread's Lua stack of process pid at this instant.
 -- opts.nonblocking: the threads are not stopped (the frames are read while
 -- they run: L->base's, which the VM updates at calls, not the registers).
 -- Returns { pid=, comm=, cmdline=, vms = { { g=, tid=, vmstate=, state=,
--- running=, how=, frames = { names, leaf last }, truncated= } }, stopped =
--- { tid -> true | why } }, or nil, why.
+-- running=, how=, steps=, frames = { names, leaf last }, truncated= } },
+-- stopped = { tid -> true | why } }, or nil, why. steps: instructions the
+-- thread was stepped to get whole frames (a stop mid-call or mid-return).
 function M.dump(pid, opts)
   opts = opts or {}
   pid = tonumber(pid)
@@ -246,10 +269,12 @@ function M.dump(pid, opts)
     end
   end
   local out = { pid = pid, stopped = stopped, vms = {} }
+  local sigs = {}
   local ok, err = pcall(function()
     for _, st in ipairs(vms) do
       local tid = thread_of(st, tids, regs, pid)
-      local w = P.ljr_walk(pid, st, regs[tid])
+      local w, steps, r, sig = M._whole_walk(pid, st, tid, regs[tid])
+      regs[tid], sigs[tid] = r, sig
       local frames = w.frames
       if w.running and w.thread ~= st.mainth then
         -- a coroutine: the main thread that resumed it below its frames
@@ -257,10 +282,10 @@ function M.dump(pid, opts)
         for _, f in ipairs(m.frames) do frames[#frames + 1] = f end
       end
       out.vms[#out.vms + 1] = { g = st.g, tid = tid, vmstate = w.vmstate, running = w.running,
-                                how = w.how, raw = frames, truncated = w.truncated }
+                                how = w.how, steps = steps, raw = frames, truncated = w.truncated }
     end
   end)
-  for _, tid in ipairs(held) do P.ljr_detach(tid) end
+  for _, tid in ipairs(held) do P.ljr_detach(tid, sigs[tid]) end
   if not ok then return nil, err end
   -- named once the threads run again
   for i, v in ipairs(out.vms) do

@@ -35,6 +35,10 @@ local function leaf(n) local s = 0 for i = 1, n do s = s + i % 7 end return s en
 local function mid(n) local s = leaf(n) return s + 1 end              --@mid
 local function top() local t = 0 while true do t = t + mid(1000) end end --@top
 
+-- calling: a call and a return every few instructions, interpreted
+local function tiny(x) return x + 1 end
+local function caller() local t = 0 while true do t = tiny(t) end end  --@caller
+
 -- allocating: the GC runs all the time (its lists link the main thread)
 local function churn() local t while true do t = { tostring(#(t or "")), {} } end end --@churn
 
@@ -47,6 +51,9 @@ elseif mode == "alloc" then
 elseif mode == "interp" or mode == "jit" then
   if mode == "interp" then jit.off() end
   top()                                                               --@main_spin
+elseif mode == "calls" then
+  jit.off()
+  caller()                                                            --@main_calls
 else
   error("mode? " .. tostring(mode))
 end
