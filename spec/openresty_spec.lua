@@ -97,7 +97,12 @@ describe("perf_event.openresty, installed by the rock, in a user's nginx.conf", 
         'lua_package_path  "' .. dir .. '/app/?.lua;' .. tree .. '/share/lua/5.1/')
     sub("/usr/local/share/lua/5.1/", tree .. "/share/lua/5.1/")
     sub("/usr/local/lib/lua/5.1/", tree .. "/lib/lua/5.1/")
-    sub("listen 8080;", "listen 127.0.0.1:@PORT@;")
+    -- (reuseport: each worker has its own socket, and the kernel spreads
+    -- new connections over them by a hash of their addresses and ports.
+    -- With one shared socket the worker that waited last takes each
+    -- connection, and on a loaded machine one worker could get none for a
+    -- whole window)
+    sub("listen 8080;", "listen 127.0.0.1:@PORT@ reuseport;")
     -- a conf of its own has no access_log: nginx's default is
     -- /var/log/nginx/access.log, which a non-root master cannot open
     -- (make test-user), and this run's logs belong under its prefix anyway
@@ -249,14 +254,18 @@ describe("perf_event.openresty, installed by the rock, in a user's nginx.conf", 
   end)
 
   it("answers one worker (?pid=), folded stacks and speedscope JSON", function()
+    if not have("wrk") then U.pending("needs wrk") end
     local ws = children(master)
     local tmp = dir .. "/folded.txt"
-    -- /hot requests for as long as the window is open: which worker accepts
-    -- each is the kernel's choice, and a fixed handful sent after a fixed
-    -- sleep could all go to the other worker or end before the window opened
-    -- (on a loaded machine)
-    sh(("curl -s '%s/debug/pprof/profile?seconds=1&format=folded&pid=%s' > %s & p=$!; " ..
-        "while kill -0 $p 2>/dev/null; do curl -s '%s/hot' > /dev/null; done; wait"):format(base, ws[1].pid, tmp, base))
+    -- /hot requests for as long as the window is open, each on a new
+    -- connection (hundreds: wrk): which worker accepts each is the
+    -- kernel's choice, by a hash of the connection's ports (reuseport), so
+    -- that the odds of none reaching the worker asked for are 2^-hundreds.
+    -- (A loop of curl made 4 or 5 requests a second on a loaded machine,
+    -- and all of them went to the other worker now and then.)
+    sh(("wrk -t1 -c4 -d30s -H 'Connection: close' '%s/hot' > /dev/null 2>&1 & w=$!; " ..
+        "curl -s '%s/debug/pprof/profile?seconds=1&format=folded&pid=%s' > %s; kill $w; wait")
+       :format(base, base, ws[1].pid, tmp))
     local folded = read(tmp)
     local lines = 0
     for stack, n in folded:gmatch("([^\n]+) (%d+)\n") do
