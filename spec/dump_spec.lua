@@ -183,17 +183,21 @@ describe("luaperf dump --lua -p PID", function()
   -- which steps the thread on until the frames are whole, is a prefix of
   -- the one call path at every one
   it("steps a target stopped mid-return on to whole frames, at every instruction of a call loop", function()
+    local P = require("perf_event.core")._private
     local t = start("calls")
     t.kill = true
-    finally(function() finish(t) end)
+    local held = false
+    -- (one finally: busted keeps the last one a test gives)
+    finally(function()
+      if held then P.ljr_detach(t.pid) end
+      finish(t)
+    end)
     local R = require("perf_event.remote")
-    local P = require("perf_event.core")._private
     local st = assert(R.vms(t.pid))[1]
     local name = R.namer(t.pid, st)
     local path = { at("main", "main_calls"), at("caller"), ("tiny@%s:%d"):format(TARGET, LINES.caller - 1) }
     local regs = assert(P.ljr_stop(t.pid))
-    local held = true
-    finally(function() if held then P.ljr_detach(t.pid) end end)
+    held = true
     local torn, in_tiny, max_steps = 0, 0, 0
     for _ = 1, 1500 do
       local raw = P.ljr_walk(t.pid, st, regs)
