@@ -388,12 +388,17 @@ describe("luaperf stat -r 0 (issue 20)", function()
   -- runs `CMD -r 0 ...` in the background (SIGINT at its default, as from a
   -- terminal), sends it SIG after `after` seconds; its stderr and exit code
   -- (killed with SIGKILL after 5 s more: it never ends by itself)
-  local function forever(cmd, sig, after)
+  -- cmd signalled once it has begun its `runs`-th run (its stderr holds
+  -- that many headers; at most 30 s): a fixed wait gave 4 runs of perf
+  -- under ASan's preload on a loaded machine
+  local function forever(cmd, sig, runs)
     local err = dir .. "/err"
-    local out = sh(("(exec env --default-signal=INT %s 2>%s >/dev/null) & p=$!; sleep %s; kill -%s $p; "
+    local out = sh(("(exec env --default-signal=INT %s 2>%s >/dev/null) & p=$!; "
+                    .. "for i in $(seq 300); do [ \"$(grep -c 'Performance counter stats' %s)\" -ge %d ] && break; "
+                    .. "sleep 0.1; done; kill -%s $p; "
                     .. "for i in $(seq 50); do kill -0 $p 2>/dev/null || break; sleep 0.1; done; "
                     .. "kill -KILL $p 2>/dev/null; wait $p; echo \"rc=$?\"")
-                   :format(cmd, err, after, sig))
+                   :format(cmd, err, err, runs, sig))
     local f = assert(io.open(err, "r"))
     local text = f:read("*a")
     f:close()
@@ -413,10 +418,10 @@ describe("luaperf stat -r 0 (issue 20)", function()
   for _, case in ipairs({ { "INT", 130 }, { "TERM", 143 } }) do
     it(("repeats until SIG%s, each run printed, then the runs so far; rc %d as perf 6.1's"):format(case[1], case[2]),
        function()
-      local text, rc = forever(interp .. " bin/luaperf stat -r 0 -e task-clock -- true", case[1], 0.5)
+      local text, rc = forever(interp .. " bin/luaperf stat -r 0 -e task-clock -- true", case[1], 6)
       assert.equal(case[2], rc, text)
       local n, nonzero, summary = blocks(text)
-      -- true runs in ~1 ms: many runs in 0.5 s, each with its own count
+      -- signalled after its sixth run: each run printed with its own count
       assert.truthy(n >= 5, text)
       assert.equal(n, nonzero, text)
       -- the summary covers exactly the runs printed (not the one cut short)
@@ -424,7 +429,7 @@ describe("luaperf stat -r 0 (issue 20)", function()
       if have_perf then
         -- perf 6.1: the same runs printed and the same exit code; it dies
         -- by the signal, so it prints no summary (luaperf adds one)
-        local ptext, prc = forever("perf stat -r 0 -e task-clock -- true", case[1], 0.5)
+        local ptext, prc = forever("perf stat -r 0 -e task-clock -- true", case[1], 6)
         assert.equal(case[2], prc, ptext)
         local pn, pnonzero, psummary = blocks(ptext)
         assert.truthy(pn >= 5, ptext)

@@ -55,8 +55,9 @@ local drain
 -- function).
 function Profile:drain()
   if not self.ev then return self end
-  -- (a forked child's copy refuses with EPERM: it drains unpaused)
-  local paused = self.running and self.ev:disable()
+  -- (a forked child's copy refuses with EPERM: it drains unpaused. _off:
+  -- the event was disabled from outside, a spec's, and stays so)
+  local paused = self.running and not self._off and self.ev:disable()
   local ok, err = pcall(drain, self)
   if paused then self.ev:enable() end
   if not ok then error(err, 0) end
