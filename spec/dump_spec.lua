@@ -221,6 +221,30 @@ describe("luaperf dump --lua -p PID", function()
     assert.is_true(max_steps > 0 and max_steps < 64, tostring(max_steps))
   end)
 
+  -- a signal that comes to a held thread stops the stepping, and ljr_detach
+  -- hands it back: SIGTERM still ends the target
+  it("hands a signal that arrived while it stepped back to the thread", function()
+    local P = require("perf_event.core")._private
+    local t = start("calls")
+    t.kill = true
+    local held = false
+    finally(function()
+      if held then P.ljr_detach(t.pid) end
+      finish(t)
+    end)
+    assert(P.ljr_stop(t.pid))
+    held = true
+    U.sh("kill -TERM " .. t.pid)
+    local r, why, _, sig = P.ljr_step(t.pid)
+    assert.is_nil(r)
+    assert.equal("a signal arrived while stepping: Interrupted system call", why)
+    assert.equal(15, sig)
+    held = false
+    assert(P.ljr_detach(t.pid, sig))
+    wait_until("the target's end by its SIGTERM", function() return proc_state(t.pid) == nil end)
+    t.kill = false   -- (ended: nothing for finish to kill)
+  end)
+
   it("reads an allocating target's state and stack while its GC runs, 20 times", function()
     local t = start("alloc")
     t.kill = true

@@ -226,15 +226,16 @@ local MAX_STEPS = 64     -- instructions a thread is stepped to whole frames
 
 -- The walk of VM st's running thread, tid held stopped with registers
 -- regs (nil: nonblocking): w, the instructions stepped, tid's registers
--- then, and a signal that arrived while stepping (for ljr_detach).
+-- then, and a signal that arrived while stepping (for ljr_detach; once one
+-- has, `nostep`: a step would drop it).
 -- Stopped inside the interpreter in the middle of a call or a return, the
 -- frames are half rebuilt (BC_RET writes the result over the function's
 -- slot before it moves BASE down): the thread goes on one instruction at a
 -- time while it stays in the interpreter (never into C, where a system
 -- call could block), until they are whole.
-function M._whole_walk(pid, st, tid, regs)
+function M._whole_walk(pid, st, tid, regs, nostep)
   local w, steps = P.ljr_walk(pid, st, regs), 0
-  while regs and w.truncated and w.how == "registers" and #w.frames < MAX_FRAMES and steps < MAX_STEPS do
+  while regs and not nostep and w.truncated and w.how == "registers" and #w.frames < MAX_FRAMES and steps < MAX_STEPS do
     local r, _, _, sig = P.ljr_step(tid)
     if not r then return w, steps, regs, sig or 0 end
     regs, steps = r, steps + 1
@@ -273,8 +274,8 @@ function M.dump(pid, opts)
   local ok, err = pcall(function()
     for _, st in ipairs(vms) do
       local tid = thread_of(st, tids, regs, pid)
-      local w, steps, r, sig = M._whole_walk(pid, st, tid, regs[tid])
-      regs[tid], sigs[tid] = r, sig
+      local w, steps, r, sig = M._whole_walk(pid, st, tid, regs[tid], sigs[tid] ~= nil)
+      regs[tid], sigs[tid] = r, sigs[tid] or sig
       local frames = w.frames
       if w.running and w.thread ~= st.mainth then
         -- a coroutine: the main thread that resumed it below its frames
