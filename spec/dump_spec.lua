@@ -175,6 +175,22 @@ describe("luaperf dump --lua -p PID", function()
     end)
   end
 
+  -- a spinning `calls` target held stopped (ljr_stop) for a test: h.t, the
+  -- core's private functions h.P, its registers h.regs; h.held false once
+  -- the test let it go. It is let go and killed at the test's end
+  local function held_calls()
+    local h = { P = require("perf_event.core")._private, t = start("calls"), held = false }
+    h.t.kill = true
+    -- (one finally: busted keeps the last one a test gives)
+    finally(function()
+      if h.held then h.P.ljr_detach(h.t.pid) end
+      finish(h.t)
+    end)
+    h.regs = assert(h.P.ljr_stop(h.t.pid))
+    h.held = true
+    return h
+  end
+
   -- a stop inside the interpreter's call or return sequence finds the
   -- frames half rebuilt (BC_RET writes the result over the function's slot
   -- before it moves BASE down). Stepped through every instruction of a
@@ -183,21 +199,12 @@ describe("luaperf dump --lua -p PID", function()
   -- which steps the thread on until the frames are whole, is a prefix of
   -- the one call path at every one
   it("steps a target stopped mid-return on to whole frames, at every instruction of a call loop", function()
-    local P = require("perf_event.core")._private
-    local t = start("calls")
-    t.kill = true
-    local held = false
-    -- (one finally: busted keeps the last one a test gives)
-    finally(function()
-      if held then P.ljr_detach(t.pid) end
-      finish(t)
-    end)
+    local h = held_calls()
+    local t, P, regs = h.t, h.P, h.regs
     local R = require("perf_event.remote")
     local st = assert(R.vms(t.pid))[1]
     local name = R.namer(t.pid, st)
     local path = { at("main", "main_calls"), at("caller"), ("tiny@%s:%d"):format(TARGET, LINES.caller - 1) }
-    local regs = assert(P.ljr_stop(t.pid))
-    held = true
     local torn, in_tiny, max_steps = 0, 0, 0
     for _ = 1, 1500 do
       local raw = P.ljr_walk(t.pid, st, regs)
@@ -214,7 +221,7 @@ describe("luaperf dump --lua -p PID", function()
       regs = assert(P.ljr_step(t.pid))
       assert.equal(r.r14, regs.r14)   -- (still the interpreter: DISPATCH in r14)
     end
-    held = false
+    h.held = false
     assert(P.ljr_detach(t.pid))
     assert.is_true(torn > 0, "no instruction of the loop tore the frames")
     assert.is_true(in_tiny > 0, "no instruction in tiny")
@@ -224,22 +231,14 @@ describe("luaperf dump --lua -p PID", function()
   -- a signal that comes to a held thread stops the stepping, and ljr_detach
   -- hands it back: SIGTERM still ends the target
   it("hands a signal that arrived while it stepped back to the thread", function()
-    local P = require("perf_event.core")._private
-    local t = start("calls")
-    t.kill = true
-    local held = false
-    finally(function()
-      if held then P.ljr_detach(t.pid) end
-      finish(t)
-    end)
-    assert(P.ljr_stop(t.pid))
-    held = true
+    local h = held_calls()
+    local t, P = h.t, h.P
     U.sh("kill -TERM " .. t.pid)
     local r, why, _, sig = P.ljr_step(t.pid)
     assert.is_nil(r)
     assert.equal("a signal arrived while stepping: Interrupted system call", why)
     assert.equal(15, sig)
-    held = false
+    h.held = false
     assert(P.ljr_detach(t.pid, sig))
     wait_until("the target's end by its SIGTERM", function() return proc_state(t.pid) == nil end)
     t.kill = false   -- (ended: nothing for finish to kill)
